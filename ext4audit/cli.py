@@ -1,0 +1,148 @@
+"""Command line: `python -m ext4audit {report,gate,rules}`.
+
+Exit codes (report and gate): 0 pass, 1 policy failed, 2 incomplete or could not run.
+A tool error is never a pass.
+"""
+
+import argparse
+import glob
+import os
+import sys
+
+from . import SEVERITIES, severity_rank, catalog as catalog_mod, engine, reports, waivers as waivers_mod
+
+
+def build_host_report(record, catalog, waivers, run_id, now):
+    """Turn one facts record written by the playbook into a host report."""
+    host = record.get("host")
+    if not isinstance(host, str) or not host:
+        raise reports.ReportError("facts record has no host name")
+    report = {"schema": reports.HOST_SCHEMA, "run_id": run_id, "generated_at": reports.stamp(now),
+              "host": host, "groups": record.get("groups") or [], "status": record.get("status", "failed"),
+              "reason": record.get("reason"), "kernel": None, "filesystems": [], "netfs": [],
+              "findings": [], "undetermined": [], "passed": [], "expired_waivers": [], "errors": []}
+    facts = record.get("facts")
+    if report["status"] != "audited":
+        return report
+    if not isinstance(facts, dict) or facts.get("schema") != "ext4-fleet-audit/facts/v1":
+        report.update(status="failed", reason="facts from the host are missing or of an unknown schema")
+        return report
+    findings, undetermined, passed = engine.evaluate_host(facts, catalog)
+    expired = waivers_mod.apply(findings, waivers, host, report["groups"], now)
+    report.update(kernel=facts["kernel"], filesystems=facts["filesystems"], netfs=facts["netfs"],
+                  findings=findings, undetermined=undetermined, passed=passed,
+                  expired_waivers=expired, errors=facts.get("errors") or [])
+    return report
+
+
+def finish(summary, host_reports, run_dir, reports_dir):
+    """Write the fleet files, move `latest`, print the table, return the exit code."""
+    reports.write_json(os.path.join(run_dir, "summary.json"), summary)
+    reports.write_atomic(os.path.join(run_dir, "junit.xml"), reports.junit(host_reports, summary["policy"]["fail_on"]))
+    reports.write_atomic(os.path.join(run_dir, "summary.md"), reports.markdown(summary, host_reports))
+    if reports_dir:
+        reports.point_latest(reports_dir, run_dir)
+    print(reports.terminal_table(summary))
+    return reports.EXIT_CODES[summary["verdict"]]
+
+
+def cmd_report(args):
+    catalog = catalog_mod.load(args.rules_dir)
+    waivers = waivers_mod.load(args.waivers, set(catalog.by_id)) if args.waivers else []
+    now = reports.utc_now()
+    run_id = os.path.basename(os.path.normpath(args.run_dir))
+    records = sorted(glob.glob(os.path.join(args.run_dir, "facts", "*.json")))
+    host_reports = []
+    for path in records:
+        record = reports.read_json(path, "facts record")
+        report = build_host_report(record, catalog, waivers, run_id, now)
+        reports.write_json(os.path.join(args.run_dir, "hosts", reports.safe_name(report["host"]) + ".json"), report)
+        host_reports.append(report)
+    summary = reports.summarize(host_reports, run_id, args.fail_on, args.unreachable_incomplete, now)
+    return finish(summary, host_reports, args.run_dir, os.path.dirname(os.path.normpath(args.run_dir)))
+
+
+def load_host_reports(run_dir):
+    paths = sorted(glob.glob(os.path.join(run_dir, "hosts", "*.json")))
+    if not paths:
+        raise reports.ReportError("no host reports in %s/hosts" % run_dir)
+    loaded = []
+    for path in paths:
+        report = reports.read_json(path, "host report")
+        if not isinstance(report, dict) or report.get("schema") != reports.HOST_SCHEMA:
+            raise reports.ReportError("%s is not a %s document" % (path, reports.HOST_SCHEMA))
+        loaded.append(report)
+    return loaded
+
+
+def cmd_gate(args):
+    """Re-evaluate a finished run offline: same reports, the policy given now, waivers as of now."""
+    host_reports = load_host_reports(args.run_dir)
+    now = reports.utc_now()
+    catalog = catalog_mod.load(args.rules_dir)
+    waivers = waivers_mod.load(args.waivers, set(catalog.by_id)) if args.waivers else None
+    for report in host_reports:
+        for finding in report["findings"]:
+            if waivers is not None:  # a new waiver file replaces the one the run used
+                finding["waived"], finding["waiver"] = False, None
+            elif finding["waived"] and finding["waiver"]["expires"] <= reports.stamp(now):
+                finding["waived"], finding["waiver"]["status"] = False, "expired"
+        if waivers is not None:
+            report["expired_waivers"] = waivers_mod.apply(report["findings"], waivers, report["host"],
+                                                          report.get("groups") or [], now)
+    run_id = os.path.basename(os.path.normpath(args.run_dir))
+    summary = reports.summarize(host_reports, run_id, args.fail_on, args.unreachable_incomplete, now)
+    print(reports.terminal_table(summary) if args.table else "verdict: %s: %s" % (summary["verdict"], summary["reason"]))
+    return reports.EXIT_CODES[summary["verdict"]]
+
+
+def cmd_rules(args):
+    """The rule list as a Markdown table (the README's copy is checked against this)."""
+    catalog = catalog_mod.load(args.rules_dir)
+    print("| id | severity | scope | seed | title |")
+    print("|---|---|---|---|---|")
+    for rule in catalog.rules:
+        ceiling = max([e["severity"] for e in rule.get("escalate") or []], key=severity_rank, default=None)
+        escalation = " (up to %s)" % ceiling if ceiling else ""
+        print("| `%s` | %s%s | %s | %s | %s |" % (rule["id"], rule["severity"], escalation, rule["scope"],
+                                                rule.get("seed") or "-", rule["title"]))
+    return 0
+
+
+def _bool(text):
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError("expected true or false, got %r" % text)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m ext4audit", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, func in (("report", cmd_report), ("gate", cmd_gate)):
+        p = sub.add_parser(name, help=func.__doc__.splitlines()[0] if func.__doc__ else
+                           "evaluate a run folder's facts and write every report")
+        p.add_argument("run_dir", help="reports/<run-id> (gate: reports/latest works too)")
+        p.add_argument("--fail-on", choices=SEVERITIES, default="high",
+                       help="lowest unwaived severity that fails the gate (default: high)")
+        p.add_argument("--unreachable-incomplete", type=_bool, default=True, metavar="BOOL",
+                       help="whether hosts that could not be audited make the verdict incomplete (default: true)")
+        p.add_argument("--waivers", help="waiver file (YAML); report: the run's waivers, gate: replaces them")
+        p.add_argument("--rules-dir", default=catalog_mod.RULES_DIR, help=argparse.SUPPRESS)
+        p.set_defaults(func=func)
+    sub.choices["gate"].add_argument("--table", action="store_true", help="print the per-host table too")
+    p = sub.add_parser("rules", help="print the rule catalog as a Markdown table")
+    p.add_argument("--rules-dir", default=catalog_mod.RULES_DIR, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_rules)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (catalog_mod.CatalogError, waivers_mod.WaiverError, reports.ReportError, OSError) as exc:
+        print("error: %s" % exc, file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""Report files and the gate verdict.
+
+reports/<run-id>/
+  facts/<host>.json    what the playbook collected (input)
+  hosts/<host>.json    per-host report (contract: ext4-fleet-audit/host-report/v1)
+  summary.json         verdict, counts, hosts not audited
+  junit.xml            a test case per host x rule x filesystem
+  summary.md           for a GitHub job summary: verdict first, details folded
+reports/latest -> <run-id>
+
+Every file is written to a temporary name and renamed into place, so a killed run never leaves
+a half-written report, and `latest` only moves once the run's reports are complete.
+"""
+
+import datetime
+import json
+import os
+import re
+import tempfile
+import xml.etree.ElementTree as ET
+
+from . import SEVERITIES, severity_rank
+
+HOST_SCHEMA = "ext4-fleet-audit/host-report/v1"
+SUMMARY_SCHEMA = "ext4-fleet-audit/summary/v1"
+EXIT_CODES = {"pass": 0, "fail": 1, "incomplete": 2}
+
+
+class ReportError(ValueError):
+    """A report folder or file that cannot be read; the message says which and why."""
+
+
+# ------------------------------------------------------------------ file helpers
+def safe_name(host):
+    """A file name for an inventory hostname: kept as is when it is plain, escaped otherwise."""
+    name = re.sub(r"[^A-Za-z0-9._-]", lambda m: "%%%02X" % ord(m.group(0)) if ord(m.group(0)) < 256
+                  else "%%u%04X" % ord(m.group(0)), host)
+    return "_" + name if name.startswith(".") or not name else name
+
+
+def write_atomic(path, text):
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path, doc):
+    write_atomic(path, json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def read_json(path, what):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        raise ReportError("%s not found: %s" % (what, path))
+    except (OSError, ValueError) as exc:
+        raise ReportError("%s %s is not valid JSON: %s" % (what, path, exc))
+
+
+def point_latest(reports_dir, run_dir):
+    """Move reports/latest to run_dir atomically (symlink to a temp name, then rename)."""
+    link = os.path.join(reports_dir, "latest")
+    tmp = os.path.join(reports_dir, ".latest-%d" % os.getpid())
+    if os.path.lexists(tmp):
+        os.unlink(tmp)
+    os.symlink(os.path.relpath(run_dir, reports_dir), tmp)
+    os.replace(tmp, link)
+
+
+def utc_now():
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+
+
+def stamp(moment):
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ------------------------------------------------------------------ the verdict
+def failing(finding, fail_on):
+    return not finding["waived"] and severity_rank(finding["severity"]) >= severity_rank(fail_on)
+
+
+def verdict(host_reports, fail_on, unreachable_is_incomplete):
+    """Return (verdict, one-line reason). incomplete outranks fail: a gate that could not look
+    at every host cannot vouch for the fleet, and says what it did find as well."""
+    audited = [r for r in host_reports if r["status"] == "audited"]
+    missing = [r for r in host_reports if r["status"] != "audited"]
+    bad = [(r["host"], f) for r in audited for f in r["findings"] if failing(f, fail_on)]
+    found = ("%d finding(s) at or above %s on %d host(s)" % (len(bad), fail_on, len(set(h for h, _ in bad)))
+             if bad else "no unwaived finding at or above %s" % fail_on)
+    if not audited:
+        return "incomplete", "no host was audited" + ("" if not missing else ": " + _not_audited(missing))
+    if missing and unreachable_is_incomplete:
+        return "incomplete", "%d host(s) not audited (%s); %s" % (len(missing), _not_audited(missing), found)
+    if bad:
+        first = bad[0]
+        return "fail", "%s, e.g. %s %s on %s" % (found, first[1]["rule"], first[1]["severity"], first[0])
+    return "pass", found + " on %d host(s)" % len(audited)
+
+
+def _not_audited(reports):
+    names = ["%s: %s" % (r["host"], r["status"]) for r in reports[:3]]
+    return ", ".join(names) + (", ..." if len(reports) > 3 else "")
+
+
+def summarize(host_reports, run_id, fail_on, unreachable_is_incomplete, now):
+    result, reason = verdict(host_reports, fail_on, unreachable_is_incomplete)
+    by_severity = dict((s, 0) for s in SEVERITIES)
+    by_rule, hosts, expired = {}, [], []
+    waived = undetermined = 0
+    for report in host_reports:
+        unwaived = [f for f in report["findings"] if not f["waived"]]
+        waived += len(report["findings"]) - len(unwaived)
+        undetermined += len(report.get("undetermined") or [])
+        for finding in unwaived:
+            by_severity[finding["severity"]] += 1
+            by_rule[finding["rule"]] = by_rule.get(finding["rule"], 0) + 1
+        worst = max((f["severity"] for f in unwaived), key=severity_rank, default=None)
+        hosts.append({"host": report["host"], "status": report["status"], "worst": worst,
+                      "findings": len(unwaived), "failing": sum(failing(f, fail_on) for f in unwaived),
+                      "waived": len(report["findings"]) - len(unwaived),
+                      "errors": len(report.get("errors") or [])})
+        expired += [dict(w, host=report["host"]) for w in report.get("expired_waivers") or []]
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "run_id": run_id,
+        "generated_at": stamp(now),
+        "policy": {"fail_on": fail_on, "unreachable_is_incomplete": unreachable_is_incomplete},
+        "verdict": result,
+        "reason": reason,
+        "counts": {"by_severity": by_severity, "by_rule": dict(sorted(by_rule.items())),
+                   "waived": waived, "undetermined": undetermined,
+                   "hosts": len(host_reports), "hosts_audited": sum(r["status"] == "audited" for r in host_reports)},
+        "hosts": hosts,
+        "hosts_not_audited": [{"host": r["host"], "status": r["status"], "reason": r.get("reason")}
+                              for r in host_reports if r["status"] != "audited"],
+        "expired_waivers": expired,
+    }
+
+
+# ------------------------------------------------------------------ JUnit
+_XML_BAD = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def xml_text(value):
+    """Text that XML 1.0 can hold: control characters become U+FFFD (escaping is ElementTree's)."""
+    return _XML_BAD.sub("\ufffd", "" if value is None else str(value))
+
+
+def junit(host_reports, fail_on):
+    suites = ET.Element("testsuites", name="ext4-fleet-audit")
+    for report in host_reports:
+        suite = ET.SubElement(suites, "testsuite", name=xml_text(report["host"]))
+        cases = []
+        if report["status"] != "audited":
+            case = ET.Element("testcase", classname=xml_text(report["host"]), name="audit")
+            ET.SubElement(case, "error", message=xml_text("%s: %s" % (report["status"], report.get("reason"))))
+            cases.append(case)
+        for finding in report["findings"]:
+            case = _case(report["host"], finding)
+            text = "%s\nRemediation: %s\nCost: %s" % (finding["message"], finding["remediation"]["steps"],
+                                                       finding["remediation"]["cost"])
+            if failing(finding, fail_on):
+                node = ET.SubElement(case, "failure", type=finding["severity"],
+                                     message=xml_text("[%s] %s" % (finding["severity"], finding["message"])))
+                node.text = xml_text(text)
+            elif finding["waived"]:
+                ET.SubElement(case, "skipped", message=xml_text(
+                    "waived until %s by %s: %s" % (finding["waiver"]["expires"], finding["waiver"]["approver"],
+                                                  finding["waiver"]["justification"])))
+            else:
+                ET.SubElement(case, "system-out").text = xml_text("[%s, below fail_on=%s] %s"
+                                                                  % (finding["severity"], fail_on, text))
+            cases.append(case)
+        for item in report.get("undetermined") or []:
+            case = _case(report["host"], item)
+            ET.SubElement(case, "skipped", message=xml_text("undetermined: missing " + ", ".join(item["missing"])))
+            cases.append(case)
+        for item in report.get("passed") or []:
+            cases.append(_case(report["host"], item))
+        for case in cases:
+            suite.append(case)
+        suite.set("tests", str(len(cases)))
+        suite.set("failures", str(sum(1 for c in cases if c.find("failure") is not None)))
+        suite.set("errors", str(sum(1 for c in cases if c.find("error") is not None)))
+        suite.set("skipped", str(sum(1 for c in cases if c.find("skipped") is not None)))
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def _case(host, item):
+    target = item.get("mountpoint")
+    name = item["rule"] + (" [%s]" % target if target else "")
+    return ET.Element("testcase", classname=xml_text(host), name=xml_text(name))
+
+
+# ------------------------------------------------------------------ Markdown
+def md(value):
+    """Escape a host-provided string for Markdown and inline HTML (GitHub job summaries render both)."""
+    text = "" if value is None else str(value)
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = re.sub(r"([\\`*_\[\]{}()#+!|~$-])", r"\\\1", text)
+    return re.sub(r"[\r\n\t]+", " ", text)
+
+
+def markdown(summary, host_reports):
+    lines = ["## ext4 fleet audit: %s" % summary["verdict"].upper(), "",
+             "**%s**: %s (fail_on=%s)" % (summary["verdict"], md(summary["reason"]), summary["policy"]["fail_on"]), ""]
+    if summary["expired_waivers"]:
+        lines += ["> **%d expired waiver(s) no longer waive anything:** %s" % (
+            len(summary["expired_waivers"]),
+            "; ".join("%s on %s (expired %s, approver %s)" % (md(w["rule"]), md(w["host"]), w["expires"], md(w["approver"]))
+                      for w in summary["expired_waivers"])), ""]
+    lines += ["| host | status | worst | findings | failing | waived |", "|---|---|---|---|---|---|"]
+    for host in summary["hosts"]:
+        lines.append("| %s | %s | %s | %d | %d | %d |" % (md(host["host"]), host["status"], host["worst"] or "-",
+                                                         host["findings"], host["failing"], host["waived"]))
+    lines += ["", "<details><summary>Findings by host</summary>", ""]
+    for report in host_reports:
+        lines.append("### %s" % md(report["host"]))
+        if report["status"] != "audited":
+            lines.append("- not audited: %s" % md(report.get("reason")))
+        for f in sorted(report["findings"], key=lambda f: -severity_rank(f["severity"])):
+            mark = " (waived: %s)" % md(f["waiver"]["justification"]) if f["waived"] else ""
+            if f["waiver"] and f["waiver"]["status"] == "expired":
+                mark = " (**waiver expired %s**)" % f["waiver"]["expires"]
+            lines.append("- **%s** `%s`: %s%s" % (f["severity"], f["rule"], md(f["message"]), mark))
+            lines.append("  - Fix: %s (cost: %s)" % (md(f["remediation"]["steps"]), md(f["remediation"]["cost"])))
+        for item in report.get("undetermined") or []:
+            lines.append("- undetermined `%s`%s: missing %s" % (item["rule"], " on %s" % md(item["mountpoint"])
+                                                               if item["mountpoint"] else "", md(", ".join(item["missing"]))))
+        for error in report.get("errors") or []:
+            lines.append("- could not read (%s): %s" % (md(error["where"]), md(error["reason"])))
+        lines.append("")
+    lines += ["</details>", ""]
+    return "\n".join(lines)
+
+
+def terminal_table(summary):
+    rows = [("host", "status", "worst", "findings", "failing")]
+    rows += [(h["host"], h["status"], h["worst"] or "-", str(h["findings"]), str(h["failing"])) for h in summary["hosts"]]
+    widths = [min(40, max(len(repr(r[i])[1:-1]) for r in rows)) for i in range(5)]
+    out = ["  ".join(repr(cell)[1:-1][:40].ljust(w) for cell, w in zip(row, widths)) for row in rows]
+    out.append("verdict: %s: %s" % (summary["verdict"], summary["reason"]))
+    return "\n".join(out)

@@ -1,0 +1,332 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# SPDX-License-Identifier: MIT
+"""Ansible module: read-only inventory of a host's ext4 filesystems and kernel."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: ext4_facts
+short_description: Read the effective ext4 mount options, superblock settings and kernel of a host
+description:
+  - Lists every mounted ext4 filesystem (and ext2/ext3 served by the ext4 driver) with the
+    options really in effect, defaults included, read from C(/proc/fs/ext4/<dev>/options).
+  - Adds the per-mount and super options of C(/proc/self/mountinfo), the C(/etc/fstab) entry
+    and its drift from what is in effect, superblock facts from C(dumpe2fs -h), live journal
+    statistics from C(/proc/fs/jbd2), and the backing device's queue facts.
+  - Lists network filesystem mounts too.
+  - Never changes anything. Anything it cannot read becomes an entry in C(errors) with the
+    reason; the module itself only fails on a bug.
+options:
+  fstab_path:
+    description: The fstab file to compare with what is in effect.
+    type: path
+    default: /etc/fstab
+  superblock:
+    description: Run C(dumpe2fs -h) for superblock facts (needs read access to the device, usually root).
+    type: bool
+    default: true
+  dumpe2fs:
+    description: Name or path of the dumpe2fs binary.
+    type: str
+    default: dumpe2fs
+  netfs_types:
+    description: Filesystem types reported as network filesystems.
+    type: list
+    elements: str
+    default: [nfs, nfs4, cifs, smb3, smbfs, afs, 9p, ceph, glusterfs, lustre, gpfs, beegfs, fuse.sshfs, ...]
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+notes:
+  - Target side needs only Python >= 3.8 and e2fsprogs.
+seealso:
+  - name: ext4 admin guide
+    link: https://www.kernel.org/doc/html/latest/admin-guide/ext4.html
+author:
+  - ext4 fleet audit maintainers
+"""
+
+EXAMPLES = r"""
+- name: Read ext4 facts
+  ext4_facts:
+  register: ext4
+
+- name: Without dumpe2fs (no root)
+  ext4_facts:
+    superblock: false
+"""
+
+RETURN = r"""
+ext4_facts:
+  description: Everything read from the host.
+  returned: always
+  type: dict
+  contains:
+    kernel:
+      description: release, proc_version, version_signature, os_release, page_size, vendor, upstream, vendor_version, backports, notes.
+      type: dict
+    filesystems:
+      description: One entry per mounted ext2/3/4 superblock (bind mounts listed under bind_mounts).
+      type: list
+    netfs:
+      description: Network filesystem mounts (mountpoint, fstype, source, options).
+      type: list
+    errors:
+      description: What could not be read, with the reason (where, reason).
+      type: list
+"""
+
+import glob
+import os
+import stat
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.ext4_parsers import (
+    EXT4_DRIVER_TYPES, NETFS_TYPES, ParseError, fstab_drift, option_map, parse_dumpe2fs,
+    parse_ext4_options, parse_fstab, parse_jbd2_info, parse_mountinfo, parse_os_release,
+    superblock_option_map,
+)
+from ansible.module_utils.kernel_version import identify
+
+# What the kernel applies when neither the mount nor the superblock says otherwise
+# (fs/ext4/super.c ext4_set_def_opts); only used on kernels without /proc/fs/ext4/<dev>/options.
+KERNEL_DEFAULTS = {"delalloc": True, "auto_da_alloc": True, "barrier": True, "discard": False,
+                   "commit": "5", "journal_async_commit": False}
+
+
+def read_text(path):
+    with open(path, "rb") as handle:
+        return handle.read().decode("utf-8", "backslashreplace")
+
+
+class Collector:
+    """Reads one host; every failure is recorded in self.errors instead of raised."""
+
+    def __init__(self, module):
+        self.module = module
+        self.params = module.params
+        self.errors = []
+
+    def error(self, where, reason):
+        self.errors.append({"where": where, "reason": reason})
+
+    def read(self, path, where):
+        try:
+            return read_text(path)
+        except (IOError, OSError) as exc:
+            self.error(where, "%s: %s" % (path, exc.strerror or exc))
+            return None
+
+    # ------------------------------------------------------------------ kernel
+    def kernel(self):
+        release = self.read("/proc/sys/kernel/osrelease", "kernel") or os.uname()[2]
+        proc_version = self.read("/proc/version", "kernel") or ""
+        signature = ""
+        if os.path.exists("/proc/version_signature"):
+            signature = self.read("/proc/version_signature", "kernel") or ""
+        os_release = {}
+        for path in ("/etc/os-release", "/usr/lib/os-release"):
+            if os.path.exists(path):
+                os_release = parse_os_release(self.read(path, "os-release") or "")
+                break
+        info = identify(release.strip(), proc_version.strip(), signature.strip(), os_release)
+        info.update({
+            "proc_version": proc_version.strip(),
+            "version_signature": signature.strip() or None,
+            "os_release": dict((k, os_release[k]) for k in ("ID", "ID_LIKE", "VERSION_ID", "PRETTY_NAME")
+                               if k in os_release),
+            "page_size": os.sysconf("SC_PAGE_SIZE"),
+        })
+        return info
+
+    # ------------------------------------------------------------- filesystems
+    def collect(self):
+        text = self.read("/proc/self/mountinfo", "mountinfo")
+        try:
+            mounts = parse_mountinfo(text) if text is not None else []
+        except ParseError as exc:
+            self.error("mountinfo", str(exc))
+            mounts = []
+        fstab = self.fstab()
+        filesystems, netfs, seen = [], [], {}
+        for mount in mounts:
+            if mount["fstype"] in self.params["netfs_types"]:
+                netfs.append({"mountpoint": mount["mountpoint"], "fstype": mount["fstype"],
+                              "source": mount["source"],
+                              "options": mount["mount_options"] + mount["super_options"]})
+            elif mount["fstype"] in EXT4_DRIVER_TYPES:
+                key = (mount["major"], mount["minor"])
+                if key in seen:  # same superblock mounted again (bind mount, namespace)
+                    seen[key]["bind_mounts"].append(mount["mountpoint"])
+                else:
+                    seen[key] = self.filesystem(mount, fstab)
+                    filesystems.append(seen[key])
+        return {
+            "schema": "ext4-fleet-audit/facts/v1",
+            "kernel": self.kernel(),
+            "filesystems": filesystems,
+            "netfs": netfs,
+            "errors": self.errors,
+        }
+
+    def fstab(self):
+        path = self.params["fstab_path"]
+        text = self.read(path, "fstab")
+        if text is None:
+            return {}
+        entries, problems = parse_fstab(text)
+        for problem in problems:
+            self.error("fstab", "%s: %s" % (path, problem))
+        return dict((entry["mountpoint"], entry) for entry in entries)
+
+    def filesystem(self, mount, fstab):
+        where = "filesystem %s" % mount["mountpoint"]
+        sysdev = "/sys/dev/block/%d:%d" % (mount["major"], mount["minor"])
+        kname = os.path.basename(os.path.realpath(sysdev)) if os.path.exists(sysdev) else None
+        fs = {
+            "device": mount["source"],
+            "kernel_name": kname,
+            "major": mount["major"],
+            "minor": mount["minor"],
+            "mountpoint": mount["mountpoint"],
+            "fstype": mount["fstype"],
+            "bind_mounts": [],
+            "mount_options": mount["mount_options"],
+            "super_options": mount["super_options"],
+            "superblock": None,
+            "jbd2": None,
+            "queue": self.queue(sysdev, where),
+        }
+        if self.params["superblock"]:
+            fs["superblock"] = self.superblock(mount, kname, where)
+        fs["options"], fs["options_source"] = self.effective_options(mount, kname, fs["superblock"], where)
+        fs["jbd2"] = self.jbd2(kname, fs["superblock"], where)
+        entry = fstab.get(mount["mountpoint"])
+        fs["fstab"] = None
+        fs["fstab_drift"] = []
+        if entry:
+            fs["fstab"] = {"spec": entry["spec"], "fstype": entry["fstype"],
+                           "options": entry["options"], "line": entry["line"]}
+            flags = set(mount["mount_options"]) | set(mount["super_options"])
+            fs["fstab_drift"] = fstab_drift(entry["options"], option_map(fs["options"]), flags)
+        return fs
+
+    def effective_options(self, mount, kname, superblock, where):
+        path = "/proc/fs/ext4/%s/options" % kname
+        if kname and os.path.exists(path):
+            text = self.read(path, where)
+            if text is not None:
+                try:
+                    return parse_ext4_options(text), "proc"
+                except ParseError as exc:
+                    self.error(where, str(exc))
+        # Old kernels (or ext2 served by ext2.ko): rebuild from defaults, superblock and mountinfo.
+        merged = dict(KERNEL_DEFAULTS)
+        if superblock:
+            if "has_journal" in superblock["features"]:
+                merged["data"] = "ordered"
+            merged["errors"] = (superblock["errors_behavior"] or "continue").replace("remount read-only", "remount-ro")
+            merged.update(superblock_option_map(superblock))
+        merged.update(option_map(mount["super_options"]))
+        tokens = []
+        for name, value in sorted(merged.items()):
+            if value is True:
+                tokens.append(name)
+            elif value is False:
+                tokens.append("no" + name)
+            else:
+                tokens.append("%s=%s" % (name, value))
+        return tokens, "inferred"
+
+    def superblock(self, mount, kname, where):
+        device = self.device_node(mount, kname)
+        if device is None:
+            self.error(where, "no block device node for %d:%d to read the superblock from"
+                       % (mount["major"], mount["minor"]))
+            return None
+        binary = self.module.get_bin_path(self.params["dumpe2fs"]) if "/" not in self.params["dumpe2fs"] \
+            else (self.params["dumpe2fs"] if os.access(self.params["dumpe2fs"], os.X_OK) else None)
+        if not binary:
+            self.error(where, "dumpe2fs not found (%s); install e2fsprogs" % self.params["dumpe2fs"])
+            return None
+        rc, out, err = self.module.run_command([binary, "-h", device],
+                                               environ_update={"LC_ALL": "C", "LANG": "C"})
+        if rc != 0:
+            reason = " ".join(line for line in err.splitlines() if not line.startswith("dumpe2fs 1."))
+            self.error(where, "dumpe2fs -h %s failed (rc=%d): %s" % (device, rc, reason.strip()[:300]))
+            return None
+        try:
+            return parse_dumpe2fs(out)
+        except ParseError as exc:
+            self.error(where, "dumpe2fs -h %s: %s" % (device, exc))
+            return None
+
+    @staticmethod
+    def device_node(mount, kname):
+        """A device node whose st_rdev really is this mount's major:minor (mount sources lie:
+        /dev/root, stale names in containers)."""
+        want = os.makedev(mount["major"], mount["minor"])
+        for path in ("/dev/block/%d:%d" % (mount["major"], mount["minor"]), mount["source"],
+                     "/dev/%s" % kname if kname else None):
+            try:
+                st = os.stat(path) if path else None
+            except (OSError, ValueError):
+                continue
+            if st is not None and stat.S_ISBLK(st.st_mode) and st.st_rdev == want:
+                return path
+        return None
+
+    def jbd2(self, kname, superblock, where):
+        if not kname:
+            return None
+        inode = "8"
+        paths = ["/proc/fs/jbd2/%s-%s/info" % (kname, inode)] + sorted(glob.glob("/proc/fs/jbd2/%s-*/info" % kname))
+        for path in paths:
+            if os.path.exists(path):
+                text = self.read(path, where)
+                try:
+                    return parse_jbd2_info(text) if text is not None else None
+                except ParseError as exc:
+                    self.error(where, "%s: %s" % (path, exc))
+                    return None
+        return None
+
+    def queue(self, sysdev, where):
+        queue_dir = os.path.join(sysdev, "queue")
+        if not os.path.isdir(queue_dir):  # a partition: the queue belongs to the whole disk
+            queue_dir = os.path.join(sysdev, "..", "queue")
+        if not os.path.isdir(queue_dir):
+            return None
+        facts = {"device": os.path.basename(os.path.realpath(os.path.join(queue_dir, "..")))}
+        for name, kind in (("rotational", int), ("write_cache", str), ("discard_max_bytes", int)):
+            path = os.path.join(queue_dir, name)
+            if os.path.exists(path):
+                text = self.read(path, where)
+                try:
+                    facts[name] = kind(text.strip()) if text is not None else None
+                except ValueError:
+                    self.error(where, "%s: unexpected value %r" % (path, text[:40]))
+        return facts
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            fstab_path=dict(type="path", default="/etc/fstab"),
+            superblock=dict(type="bool", default=True),
+            dumpe2fs=dict(type="str", default="dumpe2fs"),
+            netfs_types=dict(type="list", elements="str", default=list(NETFS_TYPES)),
+        ),
+        supports_check_mode=True,
+    )
+    module.exit_json(changed=False, ext4_facts=Collector(module).collect())
+
+
+if __name__ == "__main__":
+    main()
