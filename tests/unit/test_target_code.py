@@ -1,0 +1,54 @@
+"""Target-side code stays Python 3.8 stdlib, and nothing hands host data to a shell."""
+
+import os
+import re
+import subprocess
+
+from conftest import ROOT, VENV_BIN
+
+TARGET_FILES = [os.path.join(ROOT, "library", "ext4_facts.py"),
+                os.path.join(ROOT, "module_utils", "ext4_parsers.py"),
+                os.path.join(ROOT, "module_utils", "kernel_version.py")]
+
+
+def test_target_code_runs_on_python_3_8():
+    result = subprocess.run([os.path.join(VENV_BIN, "vermin"), "-t=3.8-", "--no-tips", "--violations"]
+                            + TARGET_FILES, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert result.returncode == 0, result.stdout.decode()
+
+
+def test_target_code_imports_only_stdlib_and_ansible():
+    allowed = {"glob", "os", "re", "stat", "ansible"}
+    for path in TARGET_FILES:
+        for name in re.findall(r"^(?:from|import) ([a-z_0-9]+)", open(path).read(), re.M):
+            assert name in allowed | {"__future__"}, (path, name)
+
+
+def test_no_shell_strings_anywhere():
+    offenders = []
+    for folder, _, files in os.walk(ROOT):
+        if "/.venv" in folder or "/.git" in folder or "/tests" in folder:
+            continue
+        for name in files:
+            if name.endswith((".py", ".yml", ".yaml")):
+                text = open(os.path.join(folder, name), errors="replace").read()
+                if re.search(r"shell\s*=\s*True|ansible\.builtin\.shell|^\s*shell:|os\.system\(|os\.popen\(", text, re.M):
+                    offenders.append(os.path.join(folder, name))
+    assert offenders == []
+
+
+def test_ansible_lint_production_profile():
+    result = subprocess.run([os.path.join(VENV_BIN, "ansible-lint"), "--profile", "production", "playbooks", "roles"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", "")))
+    assert result.returncode == 0, result.stdout.decode()
+
+
+def test_readme_rule_table_matches_the_catalog():
+    generated = subprocess.run([os.path.join(VENV_BIN, "python"), "-m", "ext4audit", "rules"], cwd=ROOT,
+                               stdout=subprocess.PIPE, check=True).stdout.decode()
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    table = readme.split("<!-- rules:start -->\n", 1)[1].split("<!-- rules:end -->", 1)[0]
+    assert table == generated, "README rule table is stale: paste the output of `make rules`"
+    assert "make audit" in readme and "make test" in readme
+    assert "make test" in open(os.path.join(ROOT, ".ci", "run")).read()
