@@ -37,7 +37,8 @@ options:
     description: Filesystem types reported as network filesystems.
     type: list
     elements: str
-    default: [nfs, nfs4, cifs, smb3, smbfs, afs, 9p, ceph, glusterfs, lustre, gpfs, beegfs, fuse.sshfs, ...]
+    default: [nfs, nfs4, cifs, smb3, smbfs, afs, 9p, ceph, glusterfs, lustre, gpfs, beegfs, fuse.sshfs,
+              fuse.glusterfs, fuse.cephfs, fuse.s3fs, fuse.gcsfuse, fuse.rclone, davfs, fuse.davfs2]
 attributes:
   check_mode:
     support: full
