@@ -30,6 +30,9 @@ CASES = {
                         rules={"EXT4_DATA_JOURNAL": "low", "EXT4_ERRORS_CONTINUE": "info"}),
     "with space": dict(kwargs={}, rules={"EXT4_AUTO_DA_ALLOC_RENAME": "info", "EXT4_ERRORS_CONTINUE": "info",
                                          "EXT4_FSTAB_DRIFT": "low"}),
+    # Host strings are data: markup, quotes, a command substitution and a newline in one name.
+    "odd <script>'$(id)`\nname": dict(kwargs={}, rules={"EXT4_AUTO_DA_ALLOC_RENAME": "info",
+                                                        "EXT4_ERRORS_CONTINUE": "info"}),
 }
 
 
@@ -42,7 +45,7 @@ def mount_snapshot():
 def fleet(loopfs, tmp_path):
     made = {}
     for name, case in CASES.items():
-        made[name] = loopfs.make(name.replace(" ", "_"), mountpoint=os.path.join(loopfs.base, "mnt", name),
+        made[name] = loopfs.make("fs%d" % len(made), mountpoint=os.path.join(loopfs.base, "mnt", name),
                                  **case["kwargs"])
     fstab = tmp_path / "fstab"
     # fstab asks for errors=remount-ro on the space-named mount (escaped as fstab requires); it is
@@ -104,7 +107,10 @@ def test_audit_finds_exactly_the_expected_rules(fleet, tmp_path):
     junit = open(os.path.join(runs[0], "junit.xml")).read()
     assert 'name="EXT4_NOBARRIER [%s]"' % made["nobarrier-sb"]["mountpoint"] in junit
     assert "<failure" in junit and "Remediation:" in junit
-    assert open(os.path.join(runs[0], "summary.md")).read().startswith("## ext4 fleet audit: FAIL")
+    markdown = open(os.path.join(runs[0], "summary.md")).read()
+    assert markdown.startswith("## ext4 fleet audit: FAIL")
+    assert "<script>" not in markdown and "&lt;script&gt;" in markdown and "\\$\\(id\\)" in markdown
+    assert "<script>" not in junit
 
     # The audit changed nothing: same mounts, same superblocks.
     assert mount_snapshot() == before
