@@ -207,7 +207,7 @@ class Collector:
         if self.params["superblock"]:
             fs["superblock"] = self.superblock(mount, kname, where)
         fs["options"], fs["options_source"] = self.effective_options(mount, kname, fs["superblock"], where)
-        fs["jbd2"] = self.jbd2(kname, fs["superblock"], where)
+        fs["jbd2"] = self.jbd2(kname, where)
         entry = fstab.get(mount["mountpoint"])
         fs["fstab"] = None
         fs["fstab_drift"] = []
@@ -251,9 +251,10 @@ class Collector:
             self.error(where, "no block device node for %d:%d to read the superblock from"
                        % (mount["major"], mount["minor"]))
             return None
-        binary = self.module.get_bin_path(self.params["dumpe2fs"]) if "/" not in self.params["dumpe2fs"] \
-            else (self.params["dumpe2fs"] if os.access(self.params["dumpe2fs"], os.X_OK) else None)
-        if not binary:
+        binary = self.params["dumpe2fs"]
+        if "/" not in binary:
+            binary = self.module.get_bin_path(binary)
+        if not binary or not os.access(binary, os.X_OK):
             self.error(where, "dumpe2fs not found (%s); install e2fsprogs" % self.params["dumpe2fs"])
             return None
         rc, out, err = self.module.run_command([binary, "-h", device],
@@ -283,11 +284,11 @@ class Collector:
                 return path
         return None
 
-    def jbd2(self, kname, superblock, where):
+    def jbd2(self, kname, where):
         if not kname:
             return None
-        inode = "8"
-        paths = ["/proc/fs/jbd2/%s-%s/info" % (kname, inode)] + sorted(glob.glob("/proc/fs/jbd2/%s-*/info" % kname))
+        # The journal inode is 8 unless the superblock says otherwise; the glob catches the rest.
+        paths = ["/proc/fs/jbd2/%s-8/info" % kname] + sorted(glob.glob("/proc/fs/jbd2/%s-*/info" % kname))
         for path in paths:
             if os.path.exists(path):
                 text = self.read(path, where)
