@@ -2,8 +2,10 @@
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -86,3 +88,53 @@ def ansible_playbook(*args, env=None):
 def load_json(path):
     with open(path) as handle:
         return json.load(handle)
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory):
+    """A real sshd on 127.0.0.1 with its own host key, client key and config (root login by key)."""
+    base = tmp_path_factory.mktemp("sshd")
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(base / "host_key")])
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(base / "client_key")])
+    (base / "authorized_keys").write_text((base / "client_key.pub").read_text())
+    port = free_port()
+    config = base / "sshd_config"
+    config.write_text("\n".join([
+        "ListenAddress 127.0.0.1:%d" % port, "HostKey %s" % (base / "host_key"),
+        "AuthorizedKeysFile %s" % (base / "authorized_keys"), "PermitRootLogin prohibit-password",
+        "PasswordAuthentication no", "KbdInteractiveAuthentication no", "StrictModes no", "UsePAM no",
+        "PidFile %s" % (base / "sshd.pid"), "Subsystem sftp internal-sftp", ""]))
+    os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege-separation directory
+    server = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(config)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    for _ in range(100):
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.05)
+    try:
+        yield {"port": port, "key": str(base / "client_key")}
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+@pytest.fixture
+def sshfs_mount(sshd, tmp_path):
+    """A real network filesystem: sshfs (fuse.sshfs) over the loopback sshd; unmounted after."""
+    exported, target = tmp_path / "exported", tmp_path / "sshfs"
+    exported.mkdir()
+    (exported / "existing").mkdir()  # a path to mkdir on (EEXIST) without creating anything
+    target.mkdir()
+    run(["sshfs", "-p", str(sshd["port"]), "-o", "IdentityFile=" + sshd["key"], "-o", "StrictHostKeyChecking=no",
+         "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "root@127.0.0.1:" + str(exported), str(target)])
+    try:
+        yield str(target)
+    finally:
+        subprocess.run(["fusermount3", "-u", str(target)], check=False)

@@ -1,0 +1,1000 @@
+#!/usr/bin/env python3
+# -*- coding: utf-8 -*-
+"""The ext4 probe: short Chopper-style sweeps (He et al., FAST '15) and confirmation probes,
+on scratch loop devices, on this host's own kernel. Standard library only, Python >= 3.8.
+
+    ext4_probe.py run JOB.json OUT.json     run a job (plan + filesystem facts), write results
+    ext4_probe.py sweep-stale SCRATCH_DIR   remove what a killed run left behind, then exit
+
+Safety, in the order the code enforces it:
+- everything lives under the scratch directory: image files, mount points, and loop devices
+  attached by this process to those files (with autoclear, so a killed run frees them on the
+  last close); no other block device is ever opened for writing;
+- the scratch directory itself is the lock (flock): one probe per directory at a time;
+- at start, after taking the lock, stale mounts under the directory and loop devices backed by
+  files in it are released (a SIGKILLed run cannot clean up after itself);
+- cleanup runs in `finally`, and SIGTERM/SIGINT/SIGHUP are turned into an exception so it runs;
+- a time budget, a cap on scratch bytes, and a memory/space check before anything is made.
+
+Differences from Chopper, on purpose: `Sync` is syncfs(2) on the scratch filesystem, not a
+global sync(2); CPUCount pins the player with sched_setaffinity instead of CPU hotplug; extents
+come from the FIEMAP ioctl; hole sizes keep the byte mass of buckets too large for the disk
+(Chopper's int() truncation made layout 5 identical to layout 6 on small disks).
+"""
+
+import ctypes
+import errno
+import fcntl
+import hashlib
+import json
+import math
+import os
+import random
+import resource
+import shutil
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "..", "module_utils")]  # deployed / in the repo
+import ext4_parsers  # noqa: E402  (shipped beside this file)
+
+RESULT_SCHEMA = "ext4-fleet-audit/probe-result/v1"
+JOB_SCHEMA = "ext4-fleet-audit/probe-job/v1"
+MARKER = ".ext4-audit-probe"  # a scratch directory without it is not ours: refuse to touch it
+MiB = 1 << 20
+PAYLOAD = memoryview(b"\xa5" * MiB)  # fixed bytes: deterministic images, no leaked memory (Chopper wrote malloc garbage)
+
+# linux/loop.h, linux/fs.h, linux/fiemap.h, linux/falloc.h
+LOOP_SET_FD, LOOP_CLR_FD, LOOP_SET_STATUS64, LOOP_CONFIGURE = 0x4C00, 0x4C01, 0x4C04, 0x4C0A
+LOOP_CTL_GET_FREE = 0x4C82
+LO_FLAGS_AUTOCLEAR = 4
+LOOP_INFO64 = struct.Struct("=5Q4I64s64s32s2Q")
+FS_IOC_FIEMAP = 0xC020660B
+FIEMAP_FLAG_SYNC = 1
+FIEMAP_EXTENT_LAST = 1
+FIEMAP_HEADER = struct.Struct("=QQIIII")
+FIEMAP_EXTENT = struct.Struct("=QQQQQI12x")
+FALLOC_PUNCH = 0x01 | 0x02  # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
+MNT_DETACH = 2
+
+# Options that cannot or must not be replayed on a scratch mount (read-only recovery modes,
+# external journals, quota files, DAX); everything else the host has in effect is replayed.
+NOT_REPLAYED = ("ro", "rw", "norecovery", "noload", "dax", "journal_dev", "journal_path",
+                "usrjquota", "grpjquota", "jqfmt", "test_dummy_encryption", "resuid", "resgid")
+# Chopper's lognormal parameters per FreeSpaceLayout: (meanlog, sdlog) of log2(hole blocks).
+LAYOUTS = {1: (0.693, 1.0), 2: (1.910, 0.775), 3: (2.442, 0.55), 4: (2.788, 0.325), 5: (3.045, 0.1)}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+
+
+class ProbeError(Exception):
+    """A condition the probe cannot work under; the message says what and what to do."""
+
+
+class Interrupted(BaseException):
+    """SIGTERM/SIGINT/SIGHUP: unwind through every `finally`."""
+
+
+class OutOfTime(Exception):
+    pass
+
+
+def _check(ret, what):
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "%s: %s" % (what, os.strerror(err)))
+
+
+def mount(device, target, options):
+    _check(_libc.mount(device.encode(), target.encode(), b"ext4", 0, options.encode()),
+           "mount %s with %s" % (device, options or "(no options)"))
+
+
+def umount(target, lazy=False):
+    _check(_libc.umount2(target.encode(), MNT_DETACH if lazy else 0), "umount %s" % target)
+
+
+def syncfs(fd):
+    _check(_libc.syncfs(fd), "syncfs")
+
+
+def punch_hole(fd, offset, length):
+    _check(_libc.fallocate(fd, FALLOC_PUNCH, offset, length), "punch hole")
+
+
+def now():
+    return time.monotonic()
+
+
+# ------------------------------------------------------------------ loop devices
+def loop_attach(image):
+    """Attach image to a free loop device with autoclear; returns (device path, open fd).
+    The caller mounts, then closes the fd: from then on the mount holds the device, and the
+    kernel detaches it at umount, or when a killed process's fd is closed."""
+    ctl = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
+    img = os.open(image, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        for _ in range(64):
+            number = fcntl.ioctl(ctl, LOOP_CTL_GET_FREE)
+            device = "/dev/loop%d" % number
+            for _ in range(50):  # udev (where there is one) may create the node a moment later
+                if os.path.exists(device):
+                    break
+                time.sleep(0.01)
+            fd = os.open(device, os.O_RDWR | os.O_CLOEXEC)
+            info = LOOP_INFO64.pack(0, 0, 0, 0, 0, 0, 0, 0, LO_FLAGS_AUTOCLEAR,
+                                    os.path.basename(image).encode()[:63], b"", b"", 0, 0)
+            try:
+                try:
+                    fcntl.ioctl(fd, LOOP_CONFIGURE, struct.pack("=II", img, 0) + info + bytes(64))
+                except OSError as exc:
+                    if exc.errno not in (errno.EINVAL, errno.ENOTTY):  # EINVAL/ENOTTY: kernel < 5.8
+                        raise
+                    fcntl.ioctl(fd, LOOP_SET_FD, img)
+                    fcntl.ioctl(fd, LOOP_SET_STATUS64, info)
+                return device, fd
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno != errno.EBUSY:  # EBUSY: another process took it first
+                    raise
+        raise ProbeError("no free loop device after 64 attempts")
+    finally:
+        os.close(img)
+        os.close(ctl)
+
+
+def own_loop_devices(root):
+    """Loop devices whose backing file is inside root (the only ones the probe may release)."""
+    found = []
+    for entry in sorted(os.listdir("/sys/block")):
+        try:
+            with open("/sys/block/%s/loop/backing_file" % entry) as handle:
+                backing = handle.read().rstrip("\n")
+        except OSError:
+            continue
+        if backing.endswith(" (deleted)"):
+            backing = backing[:-len(" (deleted)")]
+        if backing.startswith(root + "/"):
+            found.append("/dev/" + entry)
+    return found
+
+
+def own_mounts(root):
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as handle:
+        mounts = ext4_parsers.parse_mountinfo(handle.read())
+    inside = [m["mountpoint"] for m in mounts if m["mountpoint"].startswith(root + "/")]
+    return sorted(inside, key=len, reverse=True)  # deepest first
+
+
+def release_stale(root):
+    """Unmount, detach and delete what a killed run of ours left under root."""
+    released = []
+    for target in own_mounts(root):
+        try:
+            umount(target)
+        except OSError:
+            umount(target, lazy=True)
+        released.append("mount " + target)
+    for device in own_loop_devices(root):
+        try:
+            fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                fcntl.ioctl(fd, LOOP_CLR_FD)
+            finally:
+                os.close(fd)
+            released.append("loop " + device)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: autoclear got there first
+                raise
+    return released
+
+
+# ------------------------------------------------------------------ scratch directory
+class Scratch:
+    """The probe's directory: lock, stale sweep, space accounting and final cleanup."""
+
+    def __init__(self, root, cap_bytes, keep_cache=False):
+        self.root = os.path.realpath(root)
+        self.cap = cap_bytes
+        self.keep_cache = keep_cache
+        self.lock_fd = None
+        self.peak = 0
+        self.released = []
+
+    def __enter__(self):
+        parent = os.path.dirname(self.root)
+        if not os.path.isdir(parent):
+            raise ProbeError("scratch parent directory %s does not exist" % parent)
+        try:
+            os.mkdir(self.root, 0o700)
+            open(os.path.join(self.root, MARKER), "w").close()
+        except FileExistsError:
+            if not os.path.exists(os.path.join(self.root, MARKER)):
+                raise ProbeError("%s exists and is not the probe's scratch directory (no %s in it); "
+                                 "choose another scratch path" % (self.root, MARKER))
+        self.lock_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.lock_fd)
+            raise ProbeError("another probe holds %s; one probe per host at a time" % self.root)
+        if os.fstat(self.lock_fd).st_nlink == 0:  # removed by the previous holder: start over
+            os.close(self.lock_fd)
+            return self.__enter__()
+        self.released = release_stale(self.root)
+        for name in ("runs", "mnt"):
+            shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
+            os.mkdir(os.path.join(self.root, name))
+        os.makedirs(os.path.join(self.root, "cache"), exist_ok=True)
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            release_stale(self.root)
+        finally:
+            for name in os.listdir(self.root):
+                if name == MARKER or (self.keep_cache and name == "cache"):
+                    continue
+                path = os.path.join(self.root, name)
+                shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
+            if not self.keep_cache:
+                os.unlink(os.path.join(self.root, MARKER))
+                os.rmdir(self.root)
+            os.close(self.lock_fd)
+
+    def path(self, *parts):
+        return os.path.join(self.root, *parts)
+
+    def used(self):
+        total = 0
+        for folder, _, files in os.walk(self.root):
+            for name in files:
+                try:
+                    total += os.lstat(os.path.join(folder, name)).st_blocks * 512
+                except FileNotFoundError:
+                    pass
+        self.peak = max(self.peak, total)
+        return total
+
+    def check_cap(self):
+        used = self.used()
+        if used > self.cap:
+            raise ProbeError("scratch space cap reached: %d MiB used of %d MiB" % (used // MiB, self.cap // MiB))
+
+
+def preflight(root, cap_bytes):
+    """Enough free memory and space for the cap, before anything is made."""
+    parent = os.path.dirname(os.path.realpath(root))
+    vfs = os.statvfs(parent)
+    free = vfs.f_bavail * vfs.f_frsize
+    if free < cap_bytes:
+        raise ProbeError("not enough free space in %s: %d MiB free, the cap is %d MiB"
+                         % (parent, free // MiB, cap_bytes // MiB))
+    with open("/proc/meminfo") as handle:
+        meminfo = dict(line.split(":", 1) for line in handle if ":" in line)
+    available = int(meminfo.get("MemAvailable", "0 kB").split()[0]) * 1024
+    if available < 2 * cap_bytes:  # scratch on tmpfs is memory; keep the host a margin
+        raise ProbeError("not enough available memory: %d MiB, need twice the cap (%d MiB)"
+                         % (available // MiB, 2 * cap_bytes // MiB))
+
+
+# ------------------------------------------------------------------ the replica filesystem
+def replica(filesystem, scratch_dir):
+    """mke2fs arguments and mount options that replicate the audited filesystem.
+
+    Returns (mkfs dict, mount option list, adjustments): what could not be replicated is
+    said in adjustments, never silently changed."""
+    sb = filesystem.get("superblock") or {}
+    options = list(filesystem.get("options") or [])
+    adjustments = []
+    block_size = sb.get("block_size")
+    if not block_size:
+        try:
+            block_size = os.statvfs(filesystem["mountpoint"]).f_bsize
+        except (OSError, KeyError):
+            block_size = 4096
+        adjustments.append("superblock facts unavailable: block size %d from statvfs; inode size, "
+                           "journal size and features are mke2fs defaults" % block_size)
+    journal = any(o.startswith("data=") for o in options) if not sb else "has_journal" in sb.get("features", [])
+    mkfs = {"block_size": block_size, "inode_size": sb.get("inode_size"),
+            "journal_bytes": sb.get("journal_bytes") if journal else 0,
+            "features": [f for f in sb.get("features", []) if f != "needs_recovery"]}
+    if not journal:
+        mkfs["journal_bytes"] = 0
+        if not sb:
+            adjustments.append("no data= option in effect: the filesystem has no journal")
+    replayed = [o for o in options if o.split("=", 1)[0] not in NOT_REPLAYED]
+    return mkfs, replayed, adjustments
+
+
+def mkfs_argv(mkfs, disk_size, image):
+    argv = ["mke2fs", "-q", "-F", "-t", "ext4", "-b", str(mkfs["block_size"])]
+    if mkfs.get("inode_size"):
+        argv += ["-I", str(mkfs["inode_size"])]
+    features = list(mkfs.get("features") or [])
+    journal = mkfs.get("journal_bytes")
+    if journal == 0:
+        features = [f for f in features if f != "has_journal"] + ["^has_journal"]
+    if features:
+        argv += ["-O", ",".join(features)]
+    if journal:
+        # a journal is at most half the disk; the sweep's small disks cannot hold a big one
+        argv += ["-J", "size=%d" % max(1, min(journal, disk_size // 8) // MiB)]
+    # lazy init: nothing but metadata is written, so a sparse image stays small in tmpfs
+    argv += ["-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", image, str(disk_size // 1024) + "k"]
+    return argv
+
+
+def run_tool(argv, what):
+    env = dict(os.environ, LC_ALL="C")
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                          universal_newlines=True, timeout=120)
+    if proc.returncode != 0:
+        raise ProbeError("%s failed (exit %d): %s" % (what, proc.returncode, proc.stdout.strip()[-500:]))
+
+
+def copy_sparse(source, target):
+    """Copy only the data segments (SEEK_DATA/SEEK_HOLE): a fresh sparse copy in milliseconds."""
+    with open(source, "rb") as src, open(target, "wb") as dst:
+        size = os.fstat(src.fileno()).st_size
+        os.ftruncate(dst.fileno(), size)
+        offset = 0
+        while offset < size:
+            try:
+                data = os.lseek(src.fileno(), offset, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # no more data
+                    break
+                raise
+            hole = os.lseek(src.fileno(), data, os.SEEK_HOLE)
+            todo, pos = hole - data, data
+            while todo:
+                done = os.copy_file_range(src.fileno(), dst.fileno(), todo, pos, pos)
+                if done == 0:
+                    raise ProbeError("short copy of %s" % source)
+                todo, pos = todo - done, pos + done
+            offset = hole
+
+
+class Mounted:
+    """A scratch image attached to a loop device and mounted under the scratch directory."""
+
+    def __init__(self, image, target, options):
+        self.image, self.target, self.options = image, target, options
+
+    def __enter__(self):
+        os.makedirs(self.target, exist_ok=True)
+        device, fd = loop_attach(self.image)
+        try:
+            mount(device, self.target, ",".join(self.options))
+        finally:
+            os.close(fd)  # autoclear: the mount now holds the device
+        return self
+
+    def __exit__(self, *exc):
+        umount(self.target)
+
+
+def mountable_options(image, target, options):
+    """The host's options that this kernel accepts on the scratch image, and those dropped.
+    Tries them all at once first; only on EINVAL does it test them one by one."""
+    try:
+        with Mounted(image, target, options):
+            return options, []
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:
+            raise
+    kept, dropped = [], []
+    for option in options:
+        try:
+            with Mounted(image, target, kept + [option]):
+                kept.append(option)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+            dropped.append(option)
+    with Mounted(image, target, kept):  # the combination must mount too
+        pass
+    return kept, dropped
+
+
+# ------------------------------------------------------------------ free-space layouts
+def lognormal_cdf(x, meanlog, sdlog):
+    return 0.0 if x <= 0 else 0.5 * math.erfc(-(math.log(x) - meanlog) / (sdlog * math.sqrt(2)))
+
+
+def hole_sizes(free_blocks, layout):
+    """Hole sizes (blocks) for a FreeSpaceLayout, Chopper's distribution: log2 of a hole's size
+    is lognormal, and bucket a's probability is the share of punched *bytes* in 2^a-block holes.
+    Each hole is followed by one allocated separator block. Buckets larger than the disk give
+    their mass to the largest bucket that fits, and counts are rounded by largest remainder, so
+    the byte mass is kept (Chopper truncated with int() and punched nothing for layout 5)."""
+    meanlog, sdlog = LAYOUTS[layout]
+    share = [lognormal_cdf(a + 1, meanlog, sdlog) - lognormal_cdf(a, meanlog, sdlog) for a in range(31)]
+    largest = max(a for a in range(31) if (1 << a) + 1 <= max(free_blocks, 2))
+    share[largest] += sum(share[largest + 1:])
+    share = share[:largest + 1]
+    total = sum(share)
+    share = [s / total for s in share]
+    punched = free_blocks / (1 + sum(s / (1 << a) for a, s in enumerate(share)))
+    exact = [punched * s / (1 << a) for a, s in enumerate(share)]
+    counts = [int(e) for e in exact]
+    budget = free_blocks - sum(c * ((1 << a) + 1) for a, c in enumerate(counts))
+    for a in sorted(range(len(exact)), key=lambda a: exact[a] - counts[a], reverse=True):
+        if exact[a] - counts[a] > 0 and (1 << a) + 1 <= budget:
+            counts[a] += 1
+            budget -= (1 << a) + 1
+    for a in reversed(range(len(share))):  # what is left: the largest holes of the layout that fit
+        if share[a] > 0.001 and (1 << a) + 1 <= budget:
+            counts[a] += budget // ((1 << a) + 1)
+            budget %= (1 << a) + 1
+    sizes = [1 << a for a, c in enumerate(counts) for _ in range(c)]
+    random.Random(1).shuffle(sizes)  # deterministic, as in Chopper
+    return sizes
+
+
+def fragment(mountpoint, layout, block_size):
+    """Fill 99% of the free space with one file, then punch the layout's holes into it."""
+    vfs = os.statvfs(mountpoint)
+    free_blocks = int(vfs.f_bavail * vfs.f_frsize * 0.99) // block_size
+    sizes = hole_sizes(free_blocks, layout)
+    fd = os.open(os.path.join(mountpoint, "punchfile"), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    try:
+        length = sum(s + 1 for s in sizes) * block_size
+        if length:
+            os.posix_fallocate(fd, 0, length)
+        offset = 0
+        for size in sizes:
+            offset += block_size  # the separator stays allocated
+            punch_hole(fd, offset, size * block_size)
+            offset += size * block_size
+    finally:
+        os.close(fd)
+    holes = sorted(sizes)
+    return {"holes": len(sizes), "hole_bytes": sum(sizes) * block_size,
+            "median_hole_bytes": holes[len(holes) // 2] * block_size if holes else 0}
+
+
+class Images:
+    """Pristine images, one per (DiskSize, UsedRatio, FreeSpaceLayout, mkfs settings)."""
+
+    def __init__(self, scratch, mkfs, options):
+        self.scratch, self.mkfs, self.options = scratch, mkfs, options
+        self.layouts = {}
+        self.built, self.seconds = 0, 0.0
+
+    def get(self, disk_size, used_ratio, layout, mkfs=None):
+        mkfs = mkfs or self.mkfs
+        key = hashlib.sha1(json.dumps([disk_size, used_ratio, layout, mkfs], sort_keys=True).encode()).hexdigest()[:16]
+        path = self.scratch.path("cache", key + ".img")
+        if os.path.exists(path):
+            return path
+        start = now()
+        tmp = path + ".new"
+        with open(tmp, "wb") as handle:
+            handle.truncate(disk_size)
+        run_tool(mkfs_argv(mkfs, disk_size, tmp), "mke2fs")
+        if used_ratio or layout != 6:
+            with Mounted(tmp, self.scratch.path("mnt", "build"), self.options) as mnt:
+                if used_ratio:
+                    fd = os.open(os.path.join(mnt.target, "placeholder"), os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+                    try:
+                        os.posix_fallocate(fd, 0, int(disk_size * used_ratio) // mkfs["block_size"] * mkfs["block_size"])
+                    finally:
+                        os.close(fd)
+                if layout != 6:
+                    self.layouts["%d/%g/%d" % (disk_size, used_ratio, layout)] = fragment(
+                        mnt.target, layout, mkfs["block_size"])
+        os.rename(tmp, path)
+        self.built += 1
+        self.seconds += now() - start
+        self.scratch.check_cap()
+        return path
+
+
+# ------------------------------------------------------------------ extents (FIEMAP)
+def fiemap(fd, max_extents=512):
+    """The file's extents as (logical, physical, length) in bytes, via FS_IOC_FIEMAP."""
+    extents, start = [], 0
+    while True:
+        request = bytearray(FIEMAP_HEADER.size + FIEMAP_EXTENT.size * max_extents)
+        FIEMAP_HEADER.pack_into(request, 0, start, (1 << 64) - 1 - start, FIEMAP_FLAG_SYNC, 0, max_extents, 0)
+        fcntl.ioctl(fd, FS_IOC_FIEMAP, request)
+        mapped = FIEMAP_HEADER.unpack_from(request, 0)[3]
+        last = False
+        for i in range(mapped):
+            logical, physical, length, _, _, flags = FIEMAP_EXTENT.unpack_from(
+                request, FIEMAP_HEADER.size + i * FIEMAP_EXTENT.size)
+            extents.append((logical, physical, length))
+            last = bool(flags & FIEMAP_EXTENT_LAST)
+        if last or mapped == 0:
+            return extents
+        start = extents[-1][0] + extents[-1][2]
+
+
+def extent_metrics(extents, block_size):
+    """d-span (bytes from the first to the last physical byte), extent count, and the
+    Smith-Seltzer layout score: the share of blocks placed right after the file's previous block."""
+    if not extents:
+        return {"dspan": 0, "extents": 0, "layout_score": 1.0}
+    extents = sorted(extents)
+    blocks = sum(length // block_size for _, _, length in extents)
+    good = sum(length // block_size - 1 for _, _, length in extents)
+    good += sum(1 for prev, cur in zip(extents, extents[1:]) if prev[1] + prev[2] == cur[1])
+    return {"dspan": max(p + n for _, p, n in extents) - min(p for _, p, _ in extents),
+            "extents": len(extents), "layout_score": round(good / (blocks - 1), 4) if blocks > 1 else 1.0}
+
+
+# ------------------------------------------------------------------ the workload player
+def tree_path(node):
+    """Chopper's directory tree: a complete binary tree, BFS ids, only levels >= 2 created."""
+    parts = []
+    while node >= 3:
+        parts.append("dir.%d" % node)
+        node = (node - 1) // 2
+    return "/".join(reversed(parts))
+
+
+def file_dirs(file_count, span):
+    """Files sit at evenly spaced places among dirs 3 .. 2+span (1 file: the last one)."""
+    candidates = list(range(3, 3 + span))
+    if file_count == 1:
+        return [candidates[-1]]
+    return [candidates[round(i * (len(candidates) - 1) / (file_count - 1))] for i in range(file_count)]
+
+
+def write_plan(treatment):
+    """The writes of one file, in order: a list of passes, each a list of (offset, length)."""
+    chunks, size, density = treatment["ChunkCount"], treatment["FileSize"], treatment["InternalDensity"]
+    chunk = size // chunks
+    order = treatment["ChunkOrder"]
+    if density <= 1:
+        solid = int(chunk * density)
+        return [[(chunk * i + chunk - solid, solid) for i in order]]
+    tail = int(chunk * (density - 1))
+    return [[(chunk * i, chunk) for i in order], [(chunk * i + chunk - tail, tail) for i in order]]
+
+
+def play(mountpoint, treatment, cpus, log=None):
+    """Play one treatment; returns the file paths written. Two files are written interleaved,
+    chunk by chunk; Fsync and Sync bitmaps apply in write order; a Sync bit closes the file
+    and syncs the scratch filesystem (syncfs, not the whole machine). `log`, if a list, gets
+    every file operation in order (the tests check them against Chopper's semantics)."""
+    record = log.append if log is not None else (lambda op: None)
+    for node in range(3, 31):
+        os.mkdir(os.path.join(mountpoint, tree_path(node)))
+    paths = [os.path.join(mountpoint, tree_path(d), "%d.file" % i)
+             for i, d in enumerate(file_dirs(treatment["FileCount"], treatment["DirectorySpan"]))]
+    fsync_bits, sync_bits = treatment["Fsync"], treatment["Sync"]
+    previous = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus[:treatment["CPUCount"]])
+    fds = dict.fromkeys(paths)
+    try:
+        for writes in write_plan(treatment):
+            for k, (offset, length) in enumerate(writes):
+                for i, path in enumerate(paths):
+                    if fds[path] is None:
+                        fds[path] = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+                        record(("open", i))
+                    os.pwrite(fds[path], PAYLOAD[:length], offset)
+                    record(("write", i, offset, length))
+                    if fsync_bits[k]:
+                        os.fsync(fds[path])
+                        record(("fsync", i))
+                    if sync_bits[k]:
+                        os.close(fds[path])
+                        fds[path] = None
+                        record(("close", i))
+                        dirfd = os.open(mountpoint, os.O_RDONLY | os.O_CLOEXEC)
+                        try:
+                            syncfs(dirfd)
+                        finally:
+                            os.close(dirfd)
+                        record(("syncfs",))
+    finally:
+        for fd in fds.values():
+            if fd is not None:
+                os.close(fd)
+        os.sched_setaffinity(0, previous)
+    return paths
+
+
+def measure_run(paths, block_size, file_size):
+    files = []
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            metrics = extent_metrics(fiemap(fd), block_size)
+            metrics.update(name=os.path.basename(path), bytes=os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+        files.append(metrics)
+    return {"dspan": max(f["dspan"] for f in files), "ideal": file_size,
+            "extents": sum(f["extents"] for f in files),
+            "layout_score": min(f["layout_score"] for f in files), "files": files}
+
+
+def sweep(scratch, images, plan, deadline, progress):
+    """Every treatment of the plan on a fresh sparse copy of its pristine image."""
+    cpus = sorted(os.sched_getaffinity(0))
+    runs, errors, stopped_by = [], [], None
+    run_image, target = scratch.path("runs", "run.img"), scratch.path("mnt", "run")
+    started = now()
+    treatments = plan["treatments"]
+    for number, treatment in enumerate(treatments, 1):
+        if now() > deadline:
+            stopped_by = "time budget"
+            break
+        try:
+            pristine = images.get(treatment["DiskSize"], treatment["UsedRatio"], treatment["FreeSpaceLayout"])
+            copy_sparse(pristine, run_image)
+            with Mounted(run_image, target, images.options):
+                paths = play(target, treatment, cpus)
+                result = measure_run(paths, images.mkfs["block_size"], treatment["FileSize"])
+            result["id"] = treatment["id"]
+            runs.append(result)
+        except ProbeError as exc:
+            errors.append("treatment %s: %s" % (treatment["id"], exc))
+            stopped_by = "scratch cap" if "cap" in str(exc) else "error"
+            break
+        except OSError as exc:
+            errors.append("treatment %s: %s" % (treatment["id"], exc))
+            if len(errors) >= 5:
+                stopped_by = "error"
+                break
+        finally:
+            if os.path.exists(run_image):
+                os.unlink(run_image)
+        if number % 32 == 0 or number == len(treatments):
+            progress("sweep %d/%d runs, %.1f s" % (number, len(treatments), now() - started))
+    return {"planned": len(treatments), "completed": len(runs), "stopped_by": stopped_by,
+            "images_built": images.built, "images_seconds": round(images.seconds, 3),
+            "runs_seconds": round(now() - started - images.seconds, 3), "layouts": images.layouts,
+            "runs": runs, "errors": errors}
+
+
+# ------------------------------------------------------------------ confirmation probes
+def with_options(options, add, drop=()):
+    """The host's options with `add` forced on and the opposite spellings (and `drop`) removed."""
+    def name(option):
+        return ext4_parsers.NEGATIONS.get(option, option).split("=")[0]
+    names = set(name(o) for o in add) | set(drop)
+    kept = [o for o in options if name(o) not in names]
+    return kept + list(add)
+
+
+def percentile(values, q):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None
+
+
+def timed(func, *args):
+    start = time.perf_counter()
+    func(*args)
+    return time.perf_counter() - start
+
+
+def rename_workload(mnt, size=4 * MiB, iterations=12):
+    """Seed 000: write a file, then rename a freshly written one over it; the rename's latency."""
+    latencies = []
+    for i in range(iterations):
+        for name in ("victim", "new"):
+            with open(os.path.join(mnt, name), "wb") as handle:
+                for _ in range(size // MiB):
+                    handle.write(PAYLOAD)
+        latencies.append(timed(os.rename, os.path.join(mnt, "new"), os.path.join(mnt, "victim")))
+    return percentile(latencies, 0.5)
+
+
+def writeback_workload(mnt, size=16 * MiB):
+    """Seed 001: buffered writes, then one fsync; the whole time (cost of the write-back)."""
+    start = time.perf_counter()
+    fd = os.open(os.path.join(mnt, "bulk"), os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644)
+    try:
+        for _ in range(size // MiB):
+            os.write(fd, PAYLOAD)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return time.perf_counter() - start
+
+
+def xattr_workload(mnt, files=1500):
+    """Seed 003: two 64-byte user xattrs per file; p99 and p50 of setxattr latency."""
+    latencies = []
+    value = b"x" * 64
+    for i in range(files):
+        path = os.path.join(mnt, "x%d" % i)
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
+        for name in (b"user.probe.a", b"user.probe.b"):
+            latencies.append(timed(os.setxattr, path, name, value))
+    return {"p50": percentile(latencies, 0.5), "p99": percentile(latencies, 0.99)}
+
+
+def existing_entry(mountpoint):
+    """A path that exists inside the mount (a directory if there is one). Not the mount point
+    itself: mkdir on that is answered by the parent filesystem and never reaches the network."""
+    with os.scandir(mountpoint) as entries:
+        names = sorted((not e.is_dir(follow_symlinks=False), e.name) for e in entries)
+    if not names:
+        raise ProbeError("%s is empty: there is no existing path to mkdir without creating one" % mountpoint)
+    return os.path.join(mountpoint, names[0][1])
+
+
+def mkdir_existing_latency(path, iterations=200):
+    """Seed 002: mkdir on a path that exists: EEXIST, never a change."""
+    latencies = []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            pass
+        else:  # cannot happen for an existing path; undo at once if a race made it
+            os.rmdir(path)
+            raise ProbeError("mkdir created %s: the path did not exist" % path)
+        latencies.append(time.perf_counter() - start)
+    return percentile(latencies, 0.5)
+
+
+def mkdir_latency_child(path):
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "mkdir-latency", path],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30, universal_newlines=True)
+    if out.returncode != 0:
+        raise ProbeError("mkdir timing on %s failed: %s" % (path, out.stderr.strip()[-300:]))
+    return float(out.stdout)
+
+
+def paired(risky_samples, safe_samples):
+    ratios = [r / s for r, s in zip(risky_samples, safe_samples) if s]
+    if not ratios:
+        return None, None
+    return round(percentile(ratios, 0.5), 4), [round(min(ratios), 4), round(max(ratios), 4)]
+
+
+class Confirmations:
+    """Each probe compares the host's risky option set with the safe alternative: same kernel,
+    same workload, fresh scratch filesystems, repetitions alternating risky and safe."""
+
+    DISK = 4 << 30  # sparse; room for the 1 GiB journal of the xattr probe's safe side
+    PROBES = ("rename_over_existing", "buffered_write_fsync", "xattr_set", "netfs_mkdir_existing")
+
+    def __init__(self, scratch, images, netfs, repetitions, deadline):
+        self.scratch, self.images = scratch, images
+        self.netfs, self.repetitions, self.deadline = netfs, repetitions, deadline
+        self.options = images.options
+
+    def entry(self, probe_id, seed, metric, risky_label, risky_options, safe_label, safe_options):
+        return {"id": probe_id, "seed": seed, "status": "measured", "reason": None, "metric": metric,
+                "unit": "s", "mountpoint": None, "repetitions": 0, "ratio": None, "ratio_spread": None,
+                "risky": {"label": risky_label, "options": ",".join(risky_options), "samples": []},
+                "safe": {"label": safe_label, "options": ",".join(safe_options), "samples": []}}
+
+    def compare(self, entry, risky, safe, workload, pick=lambda v: v):
+        """risky/safe: (mkfs dict, options); each repetition measures both on fresh copies."""
+        raw = {"risky": [], "safe": []}
+        run_image = self.scratch.path("runs", "confirm.img")
+        try:
+            for _ in range(self.repetitions):
+                if now() > self.deadline:
+                    entry["reason"] = "time budget reached after %d repetitions" % entry["repetitions"]
+                    break
+                for side, (mkfs, options) in (("risky", risky), ("safe", safe)):
+                    copy_sparse(self.images.get(self.DISK, 0, 6, mkfs), run_image)
+                    try:
+                        with Mounted(run_image, self.scratch.path("mnt", "confirm"), options) as mnt:
+                            value = workload(mnt.target)
+                    finally:
+                        os.unlink(run_image)
+                    raw[side].append(value)
+                    entry[side]["samples"].append(round(pick(value), 9))
+                entry["repetitions"] += 1
+        except (OSError, ProbeError) as exc:
+            entry.update(status="error", reason=str(exc))
+            return entry
+        if not entry["repetitions"]:
+            entry["status"] = "skipped"
+            return entry
+        entry["ratio"], entry["ratio_spread"] = paired(entry["risky"]["samples"], entry["safe"]["samples"])
+        if isinstance(raw["risky"][0], dict):  # several percentiles: a ratio for each
+            entry["ratios"] = dict((q, paired([v[q] for v in raw["risky"]], [v[q] for v in raw["safe"]])[0])
+                                   for q in raw["risky"][0])
+        return entry
+
+    def journalled(self, entry):
+        """The replica's mkfs settings, with a journal if it has none (data= needs one)."""
+        mkfs = dict(self.images.mkfs)
+        if not mkfs.get("journal_bytes"):
+            mkfs["journal_bytes"] = 64 * MiB
+            mkfs["features"] = [f for f in mkfs.get("features", []) if f != "^has_journal"]
+            entry["replica_note"] = "the host's filesystem has no journal; the replica got a 64 MiB one"
+        return mkfs
+
+    def rename_over_existing(self):
+        base = with_options(self.options, ["data=ordered", "delalloc"])
+        risky, safe = with_options(base, ["auto_da_alloc"]), with_options(base, ["noauto_da_alloc"])
+        entry = self.entry("rename_over_existing", "000", "rename(2) over a freshly written file, p50",
+                           "auto_da_alloc", risky, "noauto_da_alloc", safe)
+        mkfs = self.journalled(entry)
+        return self.compare(entry, (mkfs, risky), (mkfs, safe), rename_workload)
+
+    def buffered_write_fsync(self):
+        risky = with_options(self.options, ["dioread_nolock", "nodelalloc"])
+        safe = with_options(self.options, ["dioread_nolock", "delalloc"])
+        entry = self.entry("buffered_write_fsync", "001", "16 MiB buffered write + fsync",
+                           "dioread_nolock,nodelalloc", risky, "dioread_nolock,delalloc", safe)
+        mkfs = self.journalled(entry)
+        return self.compare(entry, (mkfs, risky), (mkfs, safe), writeback_workload)
+
+    def xattr_set(self):
+        host = dict(self.images.mkfs)
+        safe = dict(host, journal_bytes=1 << 30, inode_size=256)
+        label = "journal %s, inode %s" % (
+            "%d MiB" % (host["journal_bytes"] // MiB) if host.get("journal_bytes") else "none",
+            host.get("inode_size") or "mke2fs default")
+        entry = self.entry("xattr_set", "003", "setxattr latency, p99", label, self.options,
+                           "journal 1024 MiB, inode 256", self.options)
+        return self.compare(entry, (host, self.options), (safe, self.options), xattr_workload,
+                            pick=lambda v: v["p99"])
+
+    def netfs_mkdir_existing(self):
+        """One entry per network mount. The timing runs in a child process with a timeout,
+        so a hung server cannot hang the probe; the local side is a scratch ext4 mount."""
+        entries = []
+        run_image = self.scratch.path("runs", "confirm.img")
+        for netfs in self.netfs:
+            path = netfs["mountpoint"]
+            entry = self.entry("netfs_mkdir_existing", "002", "mkdir(2) on an existing path, p50",
+                               netfs.get("fstype") or "network filesystem", [], "local ext4", self.options)
+            entry["mountpoint"] = path
+            copy_sparse(self.images.get(self.DISK, 0, 6), run_image)
+            try:
+                remote = existing_entry(path)
+                with Mounted(run_image, self.scratch.path("mnt", "confirm"), self.options) as mnt:
+                    local = os.path.join(mnt.target, "existing")
+                    os.mkdir(local)
+                    for _ in range(self.repetitions):
+                        if now() > self.deadline:
+                            entry["reason"] = "time budget reached after %d repetitions" % entry["repetitions"]
+                            break
+                        for side, where in (("risky", remote), ("safe", local)):
+                            entry[side]["samples"].append(mkdir_latency_child(where))
+                        entry["repetitions"] += 1
+                entry["ratio"], entry["ratio_spread"] = paired(entry["risky"]["samples"], entry["safe"]["samples"])
+            except subprocess.TimeoutExpired:
+                entry.update(status="error", reason="mkdir on %s did not answer within 30 s" % path)
+            except (OSError, ProbeError) as exc:
+                entry.update(status="error", reason=str(exc))
+            finally:
+                os.unlink(run_image)
+            entries.append(entry)
+        if not entries:
+            entries.append({"id": "netfs_mkdir_existing", "seed": "002", "status": "skipped",
+                            "reason": "no network filesystem is mounted on this host", "metric": None,
+                            "unit": "s", "mountpoint": None, "repetitions": 0, "ratio": None,
+                            "ratio_spread": None, "risky": None, "safe": None})
+        return entries
+
+    def run(self, wanted, progress):
+        results = []
+        for probe_id in wanted:
+            if probe_id not in self.PROBES:
+                results.append({"id": probe_id, "status": "error", "reason": "unknown confirmation probe"})
+                continue
+            if now() > self.deadline:
+                results.append({"id": probe_id, "status": "skipped", "reason": "time budget reached"})
+                continue
+            outcome = getattr(self, probe_id)()
+            results.extend(outcome if isinstance(outcome, list) else [outcome])
+            progress("confirmation %s done" % probe_id)
+        return results
+
+
+# ------------------------------------------------------------------ the job
+def load_job(path):
+    with open(path, encoding="utf-8") as handle:
+        job = json.load(handle)
+    if not isinstance(job, dict) or job.get("schema") != JOB_SCHEMA:
+        raise ProbeError("%s is not a %s document" % (path, JOB_SCHEMA))
+    if not isinstance(job.get("filesystem"), dict) or "mountpoint" not in job["filesystem"]:
+        raise ProbeError("the job names no filesystem to replicate")
+    return job
+
+
+def run_job(job, progress):
+    started_wall, started = time.time(), now()
+    result = {"schema": RESULT_SCHEMA, "status": "error", "reason": None, "kernel": os.uname().release,
+              "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started_wall)),
+              "duration_s": None, "mountpoint": job["filesystem"]["mountpoint"], "replica": None,
+              "released_stale": [], "sweep": None, "confirmations": [], "resources": None}
+    cap = int(job.get("scratch_cap_bytes", 128 * MiB))
+    scratch = Scratch(job.get("scratch_dir", "/dev/shm/ext4-audit-probe"), cap, bool(job.get("keep_cache")))
+    try:
+        preflight(scratch.root, cap)
+        with scratch:
+            result["released_stale"] = scratch.released
+            mkfs, options, adjustments = replica(job["filesystem"], scratch.root)
+            options = options + ["noinit_itable"]  # no background zeroing of the scratch inode tables
+            images = Images(scratch, mkfs, options)
+            probe_image = images.get(256 * MiB, 0, 6)
+            options, dropped = mountable_options(probe_image, scratch.path("mnt", "check"), options)
+            images.options = options
+            if dropped:
+                adjustments.append("options this kernel refused on the scratch mount: " + ",".join(dropped))
+            result["replica"] = {"mkfs_args": mkfs_argv(mkfs, 256 * MiB, "IMAGE")[:-2],
+                                 "mount_options": ",".join(options), "adjustments": adjustments}
+            if job.get("plan"):
+                result["sweep"] = sweep(scratch, images, job["plan"], started + float(job.get("sweep_budget_s", 30)), progress)
+            confirm_deadline = now() + float(job.get("confirm_budget_s", 30))
+            confirmations = Confirmations(scratch, images, job.get("netfs") or [],
+                                          int(job.get("repetitions", 5)), confirm_deadline)
+            result["confirmations"] = confirmations.run(job.get("confirmations") or [], progress)
+            scratch.used()
+        sweep_done = result["sweep"] is None or result["sweep"]["stopped_by"] is None
+        result["status"] = "ok" if sweep_done else "partial"
+        if not sweep_done:
+            result["reason"] = "sweep stopped by %s" % result["sweep"]["stopped_by"]
+    except ProbeError as exc:
+        result["reason"] = str(exc)
+    except OSError as exc:
+        result["reason"] = "%s (%s)" % (exc, type(exc).__name__)
+    result["duration_s"] = round(now() - started, 3)
+    result["resources"] = {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                           "scratch_peak_bytes": scratch.peak}
+    return result
+
+
+def write_json_atomic(path, doc):
+    folder = os.path.dirname(os.path.abspath(path))
+    handle, tmp = tempfile.mkstemp(dir=folder, prefix=".probe-")
+    with os.fdopen(handle, "w") as out:
+        json.dump(doc, out, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _interrupt(signum, _frame):
+    raise Interrupted("signal %d" % signum)
+
+
+def main(argv):
+    if len(argv) == 3 and argv[0] == "run":
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, _interrupt)
+        try:
+            job = load_job(argv[1])
+        except (OSError, ValueError, ProbeError) as exc:
+            print("ext4_probe: cannot read the job: %s" % exc, file=sys.stderr)
+            return 2
+        progress = lambda text: print("ext4_probe: " + text, file=sys.stderr, flush=True)  # noqa: E731
+        try:
+            result = run_job(job, progress)
+        except Interrupted as exc:
+            print("ext4_probe: stopped by %s; scratch cleaned up" % exc, file=sys.stderr)
+            return 3
+        write_json_atomic(argv[2], result)
+        progress("%s in %.1f s" % (result["status"], result["duration_s"]))
+        return 0 if result["status"] != "error" else 1
+    if len(argv) == 2 and argv[0] == "sweep-stale":
+        root = os.path.realpath(argv[1])
+        if not os.path.exists(os.path.join(root, MARKER)):
+            print("ext4_probe: %s is not a probe scratch directory" % root, file=sys.stderr)
+            return 2
+        with Scratch(root, 0):
+            pass
+        return 0
+    if len(argv) == 2 and argv[0] == "mkdir-latency":
+        print(mkdir_existing_latency(argv[1]))
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
