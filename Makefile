@@ -3,7 +3,9 @@
 SHELL := /bin/bash
 VENV := .venv
 PYTHON ?= python3
-APT_PACKAGES := e2fsprogs util-linux
+# e2fsprogs, util-linux: the audit and the probe; openssh-server, sshfs: the tests' real network mount.
+APT_PACKAGES := e2fsprogs util-linux openssh-server sshfs
+APT_COMMANDS := dumpe2fs debugfs losetup /usr/sbin/sshd sshfs
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 .PHONY: setup deps audit test lint rules clean
@@ -11,8 +13,9 @@ setup: deps $(VENV)/.installed
 
 # Debian packages the audit and the tests use; installed only when a tool is missing.
 deps:
-	@if ! command -v dumpe2fs >/dev/null || ! command -v losetup >/dev/null; then \
-	  echo "installing $(APT_PACKAGES)"; apt-get update -q && apt-get install -y -q $(APT_PACKAGES); fi
+	@for c in $(APT_COMMANDS); do command -v $$c >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ]; then echo "installing $(APT_PACKAGES)"; apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(APT_PACKAGES); fi
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)

@@ -1,6 +1,7 @@
 """Load and validate the rule catalog and the known-kernel-issues table (rules/*.yml)."""
 
 import os
+import re
 
 import yaml
 
@@ -11,6 +12,7 @@ SCOPES = ("filesystem", "netfs", "host")
 REQUIRED = ("id", "title", "scope", "severity", "when", "message", "rationale", "remediation",
             "references", "tags")
 OPERATORS = ("eq", "ne", "lt", "lte", "gt", "gte", "in", "contains", "present")
+PROBE_ID = re.compile(r"^[a-z0-9_]+$")  # a rule's confirmation probe id (shown as code in reports)
 
 
 class CatalogError(ValueError):
@@ -65,6 +67,21 @@ def _check_rule(rule, issues):
         _check_predicate(rid, entry["when"], issues)
     if not {"steps", "cost"} <= set(rule["remediation"]):
         raise CatalogError("rule %s: remediation needs steps and cost" % rid)
+    if "confirmation" in rule:
+        _check_confirmation(rid, rule["confirmation"])
+
+
+def _check_confirmation(rid, spec):
+    """{probe: <the probe's confirmation id>, confirmed_at: <ratio>, escalate_to: <severity>}"""
+    if not isinstance(spec, dict) or set(spec) != {"probe", "confirmed_at", "escalate_to"}:
+        raise CatalogError("rule %s: confirmation needs exactly probe, confirmed_at and escalate_to" % rid)
+    if not isinstance(spec["probe"], str) or not PROBE_ID.match(spec["probe"]):
+        raise CatalogError("rule %s: confirmation probe %r is not a probe id" % (rid, spec["probe"]))
+    ratio = spec["confirmed_at"]
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio <= 1:
+        raise CatalogError("rule %s: confirmed_at %r must be a ratio above 1 (risky cost / safe cost)" % (rid, ratio))
+    if spec["escalate_to"] not in SEVERITIES:
+        raise CatalogError("rule %s: escalate_to %r is not one of %s" % (rid, spec["escalate_to"], SEVERITIES))
 
 
 def _check_predicate(rid, pred, issues):

@@ -1,7 +1,7 @@
-"""Command line: `python -m ext4audit {report,gate,rules}`.
+"""Command line: `python -m ext4audit {report,gate,rules,plan}`.
 
 Exit codes (report and gate): 0 pass, 1 policy failed, 2 incomplete or could not run.
-A tool error is never a pass.
+A tool error is never a pass. plan: 0 written, 2 could not.
 """
 
 import argparse
@@ -9,30 +9,66 @@ import glob
 import os
 import sys
 
-from . import SEVERITIES, severity_rank, catalog as catalog_mod, engine, reports, waivers as waivers_mod
+from . import SEVERITIES, severity_rank, catalog as catalog_mod, engine, probe, reports, waivers as waivers_mod
 
 
-def build_host_report(record, catalog, waivers, run_id, now):
-    """Turn one facts record written by the playbook into a host report."""
+def build_host_report(record, catalog, waivers, run_id, now, probes=None, plan=None):
+    """Turn one facts record written by the playbook into a host report.
+
+    probes: the run's probe records by host (None when the run had no probe), plan: its probe
+    plan. A host with a record gets a `probe` section; with probes, every finding of a rule that
+    has a confirmation says what the probe measured for it (and may be escalated).
+    """
     host = record.get("host")
     if not isinstance(host, str) or not host:
         raise reports.ReportError("facts record has no host name")
+    section = probe.host_section(probes[host], plan) if probes and host in probes else None
     report = {"schema": reports.HOST_SCHEMA, "run_id": run_id, "generated_at": reports.stamp(now),
               "host": host, "groups": record.get("groups") or [], "status": record.get("status", "failed"),
               "reason": record.get("reason"), "kernel": None, "filesystems": [], "netfs": [],
-              "findings": [], "undetermined": [], "passed": [], "expired_waivers": [], "errors": []}
+              "findings": [], "undetermined": [], "passed": [], "expired_waivers": [], "errors": [],
+              "probe": section}
     facts = record.get("facts")
-    if report["status"] != "audited":
-        return report
-    if not isinstance(facts, dict) or facts.get("schema") != "ext4-fleet-audit/facts/v1":
+    if report["status"] == "audited" and (not isinstance(facts, dict) or
+                                          facts.get("schema") != "ext4-fleet-audit/facts/v1"):
         report.update(status="failed", reason="facts from the host are missing or of an unknown schema")
-        return report
-    findings, undetermined, passed = engine.evaluate_host(facts, catalog)
-    expired = waivers_mod.apply(findings, waivers, host, report["groups"], now)
-    report.update(kernel=facts["kernel"], filesystems=facts["filesystems"], netfs=facts["netfs"],
-                  findings=findings, undetermined=undetermined, passed=passed,
-                  expired_waivers=expired, errors=facts.get("errors") or [])
+    elif report["status"] == "audited":
+        findings, undetermined, passed = engine.evaluate_host(facts, catalog)
+        if probes is not None:
+            probe.confirm(findings, section, catalog.by_id)
+        expired = waivers_mod.apply(findings, waivers, host, report["groups"], now)
+        report.update(kernel=facts["kernel"], filesystems=facts["filesystems"], netfs=facts["netfs"],
+                      findings=findings, undetermined=undetermined, passed=passed,
+                      expired_waivers=expired, errors=list(facts.get("errors") or []))
+    if section and section["status"] in probe.FAILED:
+        report["errors"].append({"where": "probe", "reason": "%s: %s" % (
+            section["status"], section["reason"] or "no reason given")})
     return report
+
+
+def load_probe(run_dir):
+    """The run's probe records by host and its plan, from <run_dir>/probe/: (None, None) when the
+    run had no probe. The plan is the file whose schema says so (the playbook names it plan.json)."""
+    folder = os.path.join(run_dir, "probe")
+    if not os.path.isdir(folder):
+        return None, None
+    records, plan = {}, None
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        doc = reports.read_json(path, "probe file")
+        try:
+            if isinstance(doc, dict) and doc.get("schema") == probe.PLAN_SCHEMA:
+                probe.check_plan(doc)
+                if plan is not None:
+                    raise probe.ProbeError("a second plan in the run folder")
+                plan = doc
+                continue
+            probe.check_record(doc)
+            if doc["host"] in records:
+                raise probe.ProbeError("a second record for host %r" % doc["host"])
+        except probe.ProbeError as exc:
+            raise reports.ReportError("probe file %s: %s" % (path, exc))
+        records[doc["host"]] = doc
+    return records, plan
 
 
 def finish(summary, host_reports, run_dir, reports_dir):
@@ -52,10 +88,11 @@ def cmd_report(args):
     now = reports.utc_now()
     run_id = os.path.basename(os.path.normpath(args.run_dir))
     records = sorted(glob.glob(os.path.join(args.run_dir, "facts", "*.json")))
+    probes, plan = load_probe(args.run_dir)
     host_reports = []
     for path in records:
         record = reports.read_json(path, "facts record")
-        report = build_host_report(record, catalog, waivers, run_id, now)
+        report = build_host_report(record, catalog, waivers, run_id, now, probes, plan)
         reports.write_json(os.path.join(args.run_dir, "hosts", reports.safe_name(report["host"]) + ".json"), report)
         host_reports.append(report)
     summary = reports.summarize(host_reports, run_id, args.fail_on, args.unreachable_incomplete, now)
@@ -102,10 +139,21 @@ def cmd_rules(args):
     print("| id | severity | scope | seed | title |")
     print("|---|---|---|---|---|")
     for rule in catalog.rules:
-        ceiling = max([e["severity"] for e in rule.get("escalate") or []], key=severity_rank, default=None)
-        escalation = " (up to %s)" % ceiling if ceiling else ""
+        # The highest level a finding can reach: by an escalate entry or by a probe confirmation.
+        raised = [e["severity"] for e in rule.get("escalate") or []]
+        raised += [rule["confirmation"]["escalate_to"]] if rule.get("confirmation") else []
+        ceiling = max(raised, key=severity_rank, default=rule["severity"])
+        escalation = " (up to %s)" % ceiling if severity_rank(ceiling) > severity_rank(rule["severity"]) else ""
         print("| `%s` | %s%s | %s | %s | %s |" % (rule["id"], rule["severity"], escalation, rule["scope"],
                                                 rule.get("seed") or "-", rule["title"]))
+    return 0
+
+
+def cmd_plan(args):
+    """Write a seeded probe plan (Chopper-style Latin hypercube) as JSON."""
+    plan = probe.make_plan(args.seed, args.runs, args.levels)
+    reports.write_json(args.out, plan)
+    print("plan: %d runs, seed %d, level set %s -> %s" % (plan["runs"], plan["seed"], plan["level_set"], args.out))
     return 0
 
 
@@ -136,10 +184,18 @@ def main(argv=None):
     p = sub.add_parser("rules", help="print the rule catalog as a Markdown table")
     p.add_argument("--rules-dir", default=catalog_mod.RULES_DIR, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_rules)
+    p = sub.add_parser("plan", help=cmd_plan.__doc__.splitlines()[0])
+    p.add_argument("--seed", type=int, default=probe.DEFAULT_SEED,
+                   help="random seed (default: %d, so plans compare across hosts and kernels)" % probe.DEFAULT_SEED)
+    p.add_argument("--runs", type=int, default=probe.DEFAULT_RUNS, help="treatments (default: %d)" % probe.DEFAULT_RUNS)
+    p.add_argument("--levels", default="short", help="level set in ext4audit/factors.yml: short (default) or paper")
+    p.add_argument("--out", required=True, help="plan file to write (JSON)")
+    p.set_defaults(func=cmd_plan)
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (catalog_mod.CatalogError, waivers_mod.WaiverError, reports.ReportError, OSError) as exc:
+    except (catalog_mod.CatalogError, waivers_mod.WaiverError, reports.ReportError, probe.ProbeError,
+            OSError) as exc:
         print("error: %s" % exc, file=sys.stderr)
         return 2
 

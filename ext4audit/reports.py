@@ -2,6 +2,7 @@
 
 reports/<run-id>/
   facts/<host>.json    what the playbook collected (input)
+  probe/<host>.json    what the probe measured, probe/plan.json its plan (input, optional)
   hosts/<host>.json    per-host report (contract: ext4-fleet-audit/host-report/v1)
   summary.json         verdict, counts, hosts not audited
   junit.xml            a test case per host x rule x filesystem
@@ -19,7 +20,7 @@ import re
 import tempfile
 import xml.etree.ElementTree as ET
 
-from . import SEVERITIES, severity_rank
+from . import SEVERITIES, probe, severity_rank
 
 HOST_SCHEMA = "ext4-fleet-audit/host-report/v1"
 SUMMARY_SCHEMA = "ext4-fleet-audit/summary/v1"
@@ -100,22 +101,41 @@ def verdict(host_reports, fail_on, unreachable_is_incomplete):
     found = ("%d finding(s) at or above %s on %d host(s)" % (len(bad), fail_on, len(set(h for h, _ in bad)))
              if bad else "no unwaived finding at or above %s" % fail_on)
     if not audited:
-        return "incomplete", "no host was audited" + ("" if not missing else ": " + _not_audited(missing))
+        return "incomplete", "no host was audited" + ("" if not missing else ": " + _host_statuses(missing))
     if missing and unreachable_is_incomplete:
-        return "incomplete", "%d host(s) not audited (%s); %s" % (len(missing), _not_audited(missing), found)
+        return "incomplete", "%d host(s) not audited (%s); %s" % (len(missing), _host_statuses(missing), found)
     if bad:
         first = bad[0]
         return "fail", "%s, e.g. %s %s on %s" % (found, first[1]["rule"], first[1]["severity"], first[0])
     return "pass", found + " on %d host(s)" % len(audited)
 
 
-def _not_audited(reports):
+def _host_statuses(reports):
     names = ["%s: %s" % (r["host"], r["status"]) for r in reports[:3]]
     return ", ".join(names) + (", ..." if len(reports) > 3 else "")
 
 
+def probe_overview(host, section):
+    """A host's probe in one row of summary.json."""
+    sweep = section.get("sweep") or {}
+    dspan = sweep.get("dspan") or {}
+    return {"host": host, "status": section["status"], "runs_completed": sweep.get("runs_completed"),
+            "runs_planned": sweep.get("runs_planned"), "dspan_p90": dspan.get("p90"), "dspan_p99": dspan.get("p99"),
+            "confirmations": [{"id": c["id"], "status": c.get("status"), "ratio": c.get("ratio"),
+                               "mountpoint": c.get("mountpoint")} for c in section["confirmations"]],
+            "errors": len(section["errors"])}
+
+
 def summarize(host_reports, run_id, fail_on, unreachable_is_incomplete, now):
+    """The fleet summary. `probe` has an overview of each host with a probe record. A probe
+    that failed does not change the verdict (the static audit decides) but is never silent: it
+    is listed in probe.failed and named in the reason line."""
     result, reason = verdict(host_reports, fail_on, unreachable_is_incomplete)
+    probed = [r for r in host_reports if r.get("probe")]
+    probe_failed = [{"host": r["host"], "status": r["probe"]["status"], "reason": r["probe"]["reason"]}
+                    for r in probed if r["probe"]["status"] in probe.FAILED]
+    if probe_failed:
+        reason += "; probe did not run on %d host(s) (%s)" % (len(probe_failed), _host_statuses(probe_failed))
     by_severity = dict((s, 0) for s in SEVERITIES)
     by_rule, hosts, expired = {}, [], []
     waived = undetermined = 0
@@ -130,7 +150,8 @@ def summarize(host_reports, run_id, fail_on, unreachable_is_incomplete, now):
         hosts.append({"host": report["host"], "status": report["status"], "worst": worst,
                       "findings": len(unwaived), "failing": sum(failing(f, fail_on) for f in unwaived),
                       "waived": len(report["findings"]) - len(unwaived),
-                      "errors": len(report.get("errors") or [])})
+                      "errors": len(report.get("errors") or []),
+                      "probe": (report.get("probe") or {}).get("status")})
         expired += [dict(w, host=report["host"]) for w in report.get("expired_waivers") or []]
     return {
         "schema": SUMMARY_SCHEMA,
@@ -146,6 +167,7 @@ def summarize(host_reports, run_id, fail_on, unreachable_is_incomplete, now):
         "hosts_not_audited": [{"host": r["host"], "status": r["status"], "reason": r.get("reason")}
                               for r in host_reports if r["status"] != "audited"],
         "expired_waivers": expired,
+        "probe": {"hosts": [probe_overview(r["host"], r["probe"]) for r in probed], "failed": probe_failed},
     }
 
 
@@ -222,10 +244,11 @@ def markdown(summary, host_reports):
             len(summary["expired_waivers"]),
             "; ".join("%s on %s (expired %s, approver %s)" % (md(w["rule"]), md(w["host"]), w["expires"], md(w["approver"]))
                       for w in summary["expired_waivers"])), ""]
-    lines += ["| host | status | worst | findings | failing | waived |", "|---|---|---|---|---|---|"]
+    lines += ["| host | status | worst | findings | failing | waived | probe |", "|---|---|---|---|---|---|---|"]
     for host in summary["hosts"]:
-        lines.append("| %s | %s | %s | %d | %d | %d |" % (md(host["host"]), host["status"], host["worst"] or "-",
-                                                         host["findings"], host["failing"], host["waived"]))
+        lines.append("| %s | %s | %s | %d | %d | %d | %s |" % (
+            md(host["host"]), host["status"], host["worst"] or "-", host["findings"], host["failing"], host["waived"],
+            host.get("probe") or "-"))
     lines += ["", "<details><summary>Findings by host</summary>", ""]
     for report in host_reports:
         lines.append("### %s" % md(report["host"]))
@@ -237,20 +260,70 @@ def markdown(summary, host_reports):
                 mark = " (**waiver expired %s**)" % f["waiver"]["expires"]
             lines.append("- **%s** `%s`: %s%s" % (f["severity"], f["rule"], md(f["message"]), mark))
             lines.append("  - Fix: %s (cost: %s)" % (md(f["remediation"]["steps"]), md(f["remediation"]["cost"])))
+            if f.get("confirmation"):
+                lines.append("  - Probe: " + _confirmation_text(f["confirmation"]))
         for item in report.get("undetermined") or []:
             lines.append("- undetermined `%s`%s: missing %s" % (item["rule"], " on %s" % md(item["mountpoint"])
                                                                if item["mountpoint"] else "", md(", ".join(item["missing"]))))
         for error in report.get("errors") or []:
             lines.append("- could not read (%s): %s" % (md(error["where"]), md(error["reason"])))
+        if report.get("probe"):
+            lines += _probe_lines(report["probe"])
         lines.append("")
     lines += ["</details>", ""]
     return "\n".join(lines)
 
 
+def _confirmation_text(conf):
+    """One finding's confirmation, for Markdown (its probe id is the catalog's: shown as code)."""
+    if conf["status"] == "not_measured":
+        return "not measured (`%s`): %s" % (conf["probe"], md(conf["reason"]))
+    return "%s: `%s`%s ratio %.3g %s %g" % (
+        conf["status"].replace("_", " "), conf["probe"], " (%s)" % md(conf["metric"]) if conf["metric"] else "",
+        conf["ratio"], ">=" if conf["status"] == "confirmed" else "<", conf["threshold"])
+
+
+def _probe_lines(section):
+    """A host's probe for Markdown: quantiles, top factors, each confirmation's ratio and spread."""
+    head = "- **Probe** %s" % md(section["status"])
+    head += " on %s" % md(section["mountpoint"]) if section["mountpoint"] else ""
+    head += ": %s" % md(section["reason"]) if section["reason"] else ""
+    details = [md(section["kernel"])] if section["kernel"] else []
+    details += ["%.1f s" % section["duration_s"]] if section["duration_s"] is not None else []
+    lines = [head + (" (%s)" % ", ".join(details) if details else "")]
+    sweep = section.get("sweep")
+    if sweep:
+        stopped = "; stopped by %s" % md(sweep["stopped_by"]) if sweep.get("stopped_by") else ""
+        lines.append("  - sweep: %d of %d runs (seed %s, level set %s%s)" % (
+            sweep["runs_completed"], sweep["runs_planned"], md(sweep["seed"]), md(sweep["level_set"]), stopped))
+        if sweep["runs_completed"]:
+            dspan, ratio = sweep["dspan"], sweep["tail_vs_ideal"]
+            lines.append("  - d-span p50 %s, p90 %s, p99 %s; d-span / file size p50 %.3g, p90 %.3g, p99 %.3g" % (
+                probe.human_bytes(dspan["p50"]), probe.human_bytes(dspan["p90"]), probe.human_bytes(dspan["p99"]),
+                ratio["p50"], ratio["p90"], ratio["p99"]))
+        if sweep["prioritization"]:
+            lines.append("  - top factors (S_i; chance level in brackets): " + ", ".join(
+                "%s %.2f (%.2f)" % (md(e["factor"]), e["s"], e["noise_floor"]) for e in sweep["prioritization"][:3]))
+        lines += ["  - note: %s" % md(note) for note in sweep["notes"]]
+    for c in section["confirmations"]:
+        if c.get("ratio") is not None:
+            spread = " (spread %.3g to %.3g)" % tuple(c["ratio_spread"]) if c.get("ratio_spread") else ""
+            text = "ratio %.3g%s over %s repetitions, %s" % (c["ratio"], spread, md(c.get("repetitions")),
+                                                            md(c.get("status")))
+        else:
+            text = "%s: %s" % (md(c.get("status")), md(c.get("reason")))
+        where = " on %s" % md(c["mountpoint"]) if c.get("mountpoint") else ""
+        metric = " (%s)" % md(c["metric"]) if c.get("metric") else ""
+        lines.append("  - confirmation %s%s%s: %s" % (md(c["id"]), where, metric, text))
+    lines += ["  - error: %s" % md(error) for error in section["errors"]]
+    return lines
+
+
 def terminal_table(summary):
-    rows = [("host", "status", "worst", "findings", "failing")]
-    rows += [(h["host"], h["status"], h["worst"] or "-", str(h["findings"]), str(h["failing"])) for h in summary["hosts"]]
-    widths = [min(40, max(len(repr(r[i])[1:-1]) for r in rows)) for i in range(5)]
+    rows = [("host", "status", "worst", "findings", "failing", "probe")]
+    rows += [(h["host"], h["status"], h["worst"] or "-", str(h["findings"]), str(h["failing"]),
+              h.get("probe") or "-") for h in summary["hosts"]]
+    widths = [min(40, max(len(repr(r[i])[1:-1]) for r in rows)) for i in range(len(rows[0]))]
     out = ["  ".join(repr(cell)[1:-1][:40].ljust(w) for cell, w in zip(row, widths)) for row in rows]
     out.append("verdict: %s: %s" % (summary["verdict"], summary["reason"]))
     return "\n".join(out)

@@ -36,6 +36,10 @@ CASES = {
 }
 
 
+# The static rules alone (tests/integration/test_probe_playbook.py covers the probe's part).
+PROBE_OFF = ("-e", "chopper_probe_enabled=false")
+
+
 def mount_snapshot():
     with open("/proc/self/mountinfo") as handle:
         return sorted(" ".join(line.split()[2:]) for line in handle)
@@ -59,7 +63,7 @@ def fleet(loopfs, tmp_path):
 def audit(tmp_path, fstab, *extra):
     reports = tmp_path / "reports"
     rc, out = ansible_playbook("playbooks/audit.yml", "-e", "ext4_audit_reports_dir=%s" % reports,
-                               "-e", "ext4_audit_fstab_path=%s" % fstab, *extra)
+                               "-e", "ext4_audit_fstab_path=%s" % fstab, *(extra or PROBE_OFF))
     runs = sorted(p for p in glob.glob(str(reports / "*")) if not p.endswith("latest"))
     return rc, out, reports, runs
 
@@ -128,8 +132,11 @@ def test_check_mode_changes_nothing(fleet, tmp_path):
     before = mount_snapshot()
     rc, out, reports, runs = audit(tmp_path, fstab, "--check", "-e", "ext4_audit_fail_on=critical")
     assert rc == 0, out
+    # the probe is enabled in this inventory: under --check it says why it does not run
+    assert "chopper_probe: not run in check mode" in out
     recap = re.findall(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)", out, re.M)
     assert recap and all(changed == "0" for _, changed in recap), out
     assert mount_snapshot() == before
     report = load_json(os.path.join(runs[0], "hosts", "localhost.json"))
     assert by_mountpoint(report)[made["smalljournal"]["mountpoint"]]["EXT4_SMALL_JOURNAL"] == "high"
+    assert report["probe"]["status"] == "skipped" and report["probe"]["reason"] == "check mode"

@@ -30,7 +30,6 @@ import json
 import math
 import os
 import random
-import resource
 import shutil
 import signal
 import stat
@@ -946,9 +945,19 @@ def run_job(job, progress):
     except OSError as exc:
         result["reason"] = "%s (%s)" % (exc, type(exc).__name__)
     result["duration_s"] = round(now() - started, 3)
-    result["resources"] = {"peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    result["resources"] = {"peak_rss_bytes": peak_rss(),
                            "scratch_peak_bytes": scratch.peak}
     return result
+
+
+def peak_rss():
+    """This process's own high-water RSS (VmHWM). getrusage's ru_maxrss would carry over the
+    parent's peak through fork and exec."""
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return None
 
 
 def write_json_atomic(path, doc):

@@ -1,0 +1,441 @@
+"""The probe's controller side: the seeded plan, the analysis of a sweep, and what the probe
+adds to a host report.
+
+    make_plan() -> probe/plan.json -> target (roles/chopper_probe: one sweep per host)
+    -> probe/<host>.json -> host_section() (analyze(): Chopper's d-span analysis) and
+    confirm() (a finding's measured confirmation, which may escalate it)
+
+The plan is Chopper's (He et al., FAST '15; ../shared/research/chopper.md sections 1, 2, 6):
+a Latin hypercube over 12 factors whose levels are data (factors.yml), made once on the
+controller, so every host and kernel plays the same treatments.
+"""
+
+import collections.abc
+import functools
+import itertools
+import json
+import math
+import os
+
+import numpy as np
+import yaml
+
+from . import severity_rank
+
+PLAN_SCHEMA = "ext4-fleet-audit/probe-plan/v1"
+RESULT_SCHEMA = "ext4-fleet-audit/probe-result/v1"
+FACTORS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "factors.yml")
+# The default seed is fixed (FAST '15 opened on 2015-02-16), so plans made on different days,
+# for different hosts or kernels, are the same plan and compare treatment by treatment.
+DEFAULT_SEED = 20150216
+DEFAULT_RUNS = 256
+MIN_RUNS = 8          # below this, factor analysis is noise: quantiles only
+TAIL_QUANTILE = 0.9   # Chopper's tail threshold (fig-5.tail-distribution.r)
+MAX_LISTED_LEVELS = 100000  # a plan lists every level of every factor; more is a mistake
+RECORD_STATUSES = ("ran", "skipped", "failed", "unreachable")
+FAILED = ("failed", "unreachable")  # the probe was meant to run and could not
+
+
+class ProbeError(ValueError):
+    """A level set, plan or probe record that cannot be used; the message says why."""
+
+
+# ------------------------------------------------------------------ factor levels
+class _Lazy(collections.abc.Sequence):
+    """Generated levels, computed one at a time: permutations of n chunks number n!."""
+
+    def __init__(self, count, nth):
+        self._count, self._nth = count, nth
+
+    def __len__(self):
+        return self._count
+
+    def __getitem__(self, index):
+        if not 0 <= index < self._count:
+            raise IndexError(index)
+        return self._nth(index)
+
+
+def _permutation(n, index):
+    """The index-th permutation of range(n) in itertools.permutations (lexicographic) order,
+    read off the factorial number system."""
+    pool, order = list(range(n)), []
+    for k in range(n, 0, -1):
+        position, index = divmod(index, math.factorial(k - 1))
+        order.append(pool.pop(position))
+    return order
+
+
+def _bitmap(n, index):
+    """The index-th of itertools.product([False, True], repeat=n): index's bits, first bit highest."""
+    return [bool(index >> (n - 1 - k) & 1) for k in range(n)]
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _ints(values, where):
+    if not all(_is_int(v) for v in values):
+        raise ProbeError("%s: %r must be integers" % (where, values))
+
+
+def _levels(spec, where):
+    if isinstance(spec, list):
+        levels = spec
+    elif isinstance(spec, dict) and "range" in spec and set(spec) <= {"range", "scale"}:
+        if not isinstance(spec["range"], list) or len(spec["range"]) != 3:
+            raise ProbeError("%s: range needs [start, stop, step]" % where)
+        _ints(spec["range"] + [spec.get("scale", 1)], where)
+        steps, scale = range(*spec["range"]), spec.get("scale", 1)
+        levels = _Lazy(len(steps), lambda i: steps[i] * scale)
+    elif isinstance(spec, dict) and set(spec) == {"permutations"}:
+        n = spec["permutations"]
+        _ints([n], where)
+        levels = _Lazy(math.factorial(n), lambda i: _permutation(n, i))
+    elif isinstance(spec, dict) and "bitmaps" in spec and set(spec) <= {"bitmaps", "append"}:
+        n, tail = spec["bitmaps"], [spec["append"]] if "append" in spec else []
+        _ints([n], where)
+        levels = _Lazy(2 ** n, lambda i: _bitmap(n, i) + tail)
+    else:
+        raise ProbeError("%s: %r is neither a list of levels nor one of the generators "
+                         "range, permutations, bitmaps" % (where, spec))
+    if len(levels) == 0:
+        raise ProbeError("%s has no levels" % where)
+    return levels
+
+
+@functools.lru_cache(maxsize=None)
+def _factor_file():
+    try:
+        with open(FACTORS_FILE) as handle:
+            doc = yaml.safe_load(handle)
+    except (OSError, yaml.YAMLError) as exc:
+        raise ProbeError("cannot read %s: %s" % (FACTORS_FILE, exc))
+    if not isinstance(doc, dict) or not {"factors", "bytes", "level_sets"} <= set(doc):
+        raise ProbeError("%s needs factors, bytes and level_sets" % FACTORS_FILE)
+    return doc
+
+
+def factor_names():
+    """The factors in plan column order."""
+    return list(_factor_file()["factors"])
+
+
+def _set_spec(name):
+    sets = _factor_file()["level_sets"]
+    if name not in sets:
+        raise ProbeError("unknown level set %r (factors.yml has %s)" % (name, ", ".join(sorted(sets))))
+    spec = dict(sets[name])
+    parent = spec.pop("inherit", None)
+    return dict(_set_spec(parent), **spec) if parent else spec
+
+
+def levels(level_set="short"):
+    """{factor: levels} of a level set, in plan column order; generated levels index lazily."""
+    spec = _set_spec(level_set)
+    unknown = set(spec) - set(factor_names())
+    if unknown:
+        raise ProbeError("level set %s names unknown factors: %s" % (level_set, ", ".join(sorted(unknown))))
+    missing = [name for name in factor_names() if name not in spec]
+    if missing:
+        raise ProbeError("level set %s has no levels for %s" % (level_set, ", ".join(missing)))
+    result = dict((name, _levels(spec[name], "%s.%s" % (level_set, name))) for name in factor_names())
+    # ChunkOrder, Fsync and Sync hold one entry per chunk, so the chunk count cannot vary.
+    if len(result["ChunkCount"]) != 1:
+        raise ProbeError("level set %s: ChunkCount must have exactly one level" % level_set)
+    for name in ("ChunkOrder", "Fsync", "Sync"):
+        if len(result[name][0]) != result["ChunkCount"][0]:
+            raise ProbeError("level set %s: %s levels have %d entries for %d chunks"
+                             % (level_set, name, len(result[name][0]), result["ChunkCount"][0]))
+    return result
+
+
+def human_bytes(value):
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(value) >= size:
+            return "%.4g %s" % (value / size, unit)
+    return "%.4g B" % value
+
+
+def level_label(factor, value):
+    """A level as people read it: bytes in KiB/MiB/GiB, bitmaps as 0/1 strings (the paper's
+    "1***"), chunk orders as lists."""
+    if factor in _factor_file()["bytes"]:
+        return human_bytes(value)
+    if isinstance(value, list) and value and all(isinstance(v, bool) for v in value):
+        return "".join("1" if v else "0" for v in value)
+    if isinstance(value, list):
+        return "[%s]" % ", ".join(str(v) for v in value)
+    return "%g" % value if isinstance(value, float) else str(value)
+
+
+# ------------------------------------------------------------------ the plan
+def make_plan(seed=DEFAULT_SEED, runs=DEFAULT_RUNS, level_set="short"):
+    """A seeded Latin hypercube plan: the same seed, runs and level set give the same plan (with
+    the pinned scipy). Each row of the unit hypercube becomes a treatment by Chopper's
+    pick_by_level: level index = floor(u * n), clamped to n - 1."""
+    from scipy.stats import qmc  # slow to import; only plans need it
+
+    if not _is_int(seed) or seed < 0:
+        raise ProbeError("seed must be a non-negative integer, got %r" % (seed,))
+    if not _is_int(runs) or runs < 1:
+        raise ProbeError("runs must be a positive integer, got %r" % (runs,))
+    factors = levels(level_set)
+    for name, values in factors.items():
+        if len(values) > MAX_LISTED_LEVELS:
+            raise ProbeError("%s has %d levels in level set %s: too many to list in a plan"
+                             % (name, len(values), level_set))
+    # scramble=False puts each point at the centre of its stratum. With the floor mapping every
+    # level then gets floor(runs/n) or ceil(runs/n) runs; random positions inside the strata
+    # (Chopper's randomLHS) move points across level edges: counts up to 3 apart at 256 runs.
+    sample = qmc.LatinHypercube(d=len(factors), scramble=False, rng=seed).random(runs)
+    treatments = []
+    for number, row in enumerate(sample):
+        treatment = {"id": number}
+        for (name, values), u in zip(factors.items(), row):
+            treatment[name] = values[min(int(u * len(values)), len(values) - 1)]
+        treatments.append(treatment)
+    return {"schema": PLAN_SCHEMA, "seed": seed, "runs": runs, "level_set": level_set,
+            "factors": dict((name, list(values)) for name, values in factors.items()),
+            "treatments": treatments}
+
+
+# ------------------------------------------------------------------ the analysis
+def _number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _quantiles(values):
+    if len(values) == 0:
+        return {"p50": None, "p90": None, "p99": None}
+    # numpy's default (linear) is R's type 7, what Chopper's quantile() calls used.
+    p50, p90, p99 = np.quantile(values, [0.5, 0.9, 0.99])
+    return {"p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def _key(value):
+    """A hashable, comparable form of a level (chunk orders and bitmaps are lists)."""
+    return json.dumps(value)
+
+
+def analyze(plan, result):
+    """Chopper's analysis of one sweep, on the completed runs paired to the plan by id.
+
+    Y is a run's `dspan`: the largest d-span of its files (Chopper's max.dspan). Returns the
+    d-span quantiles, those of dspan/ideal, factor prioritization (S_i), factor mapping of the
+    tail (runs at or above the 90th percentile), the three strongest two-factor interactions,
+    and notes on what could not be computed.
+    """
+    treatments = dict((t["id"], t) for t in plan["treatments"])
+    runs, seen, ignored = [], set(), 0
+    for run in (result.get("sweep") or {}).get("runs") or []:
+        usable = (isinstance(run, dict) and _is_int(run.get("id")) and run["id"] in treatments
+                  and run["id"] not in seen and _number(run.get("dspan")) and _number(run.get("ideal"))
+                  and run["ideal"] > 0)
+        if usable:
+            runs.append(run)
+            seen.add(run["id"])
+        else:
+            ignored += 1
+    y = np.array([r["dspan"] for r in runs], dtype=float)
+    out = {"runs_planned": len(treatments), "runs_completed": len(runs), "dspan": _quantiles(y),
+           "tail_vs_ideal": _quantiles(y / np.array([r["ideal"] for r in runs], dtype=float)),
+           "prioritization": [], "mapping": None, "interactions": [], "notes": []}
+    if ignored:
+        out["notes"].append("%d run entries ignored: not in the plan, repeated, or without a d-span and "
+                            "ideal" % ignored)
+    if len(runs) < MIN_RUNS:
+        out["notes"].append("%d completed run(s): too few for factor analysis (it needs %d); quantiles only"
+                            % (len(runs), MIN_RUNS))
+        return out
+
+    names = [name for name in factor_names() if name in plan["factors"]]
+    keys = dict((name, np.array([_key(treatments[r["id"]][name]) for r in runs])) for name in names)
+    codes = dict((name, np.unique(keys[name], return_inverse=True)[1]) for name in names)
+    count = len(runs)
+    flat = np.ptp(y) == 0
+    if flat:
+        out["notes"].append("every run has the same d-span (Var(Y) = 0): no factor explains anything, "
+                            "every S is 0, and every run is at the tail threshold")
+
+    def share(groups):
+        """Var(E[Y | groups]) / Var(Y), the level means weighted by their run counts: the
+        paper's first-order index. Chopper's R code (fig-4.variance.r) instead took the
+        unweighted variance of the level means and divided by the sum over factors, not Var(Y)
+        (chopper.md section 6), so its bars are shares of the summed main effects."""
+        if flat:
+            return 0.0
+        sizes, sums = np.bincount(groups), np.bincount(groups, weights=y)
+        used = sizes > 0
+        between = np.sum(sizes[used] * (sums[used] / sizes[used] - y.mean()) ** 2) / count
+        return float(between / y.var())
+
+    # noise_floor: what S averages when Y does not depend on the grouping at all, (groups - 1) /
+    # (runs - 1); a factor (or pair of factors) with many levels and few runs per level scores
+    # about that much by chance.
+    varied = [name for name in names if codes[name].max() > 0]
+    main = dict((name, {"factor": name, "s": share(codes[name]), "levels": int(codes[name].max()) + 1})
+                for name in varied)
+    for entry in main.values():
+        entry["noise_floor"] = (entry["levels"] - 1) / (count - 1)
+    out["prioritization"] = sorted(main.values(), key=lambda e: -e["s"])
+
+    pairs = []
+    for a, b in itertools.combinations(varied, 2):
+        cells = codes[a] * (codes[b].max() + 1) + codes[b]
+        filled = len(np.unique(cells))
+        pairs.append({"factors": [a, b], "s": share(cells) - main[a]["s"] - main[b]["s"], "cells": filled,
+                      "noise_floor": (filled - main[a]["levels"] - main[b]["levels"] + 1) / (count - 1)})
+    # ranked by how far S_ij stands above what chance gives a pair with that many cells: raw S_ij
+    # would always crown the pairs with the most (and emptiest) cells
+    out["interactions"] = sorted(pairs, key=lambda e: -(e["s"] - e["noise_floor"]))[:3]
+    if any(e["cells"] * 2 > count for e in out["interactions"]):
+        out["notes"].append("the strongest two-factor terms have fewer than 2 runs per cell: their S is "
+                            "mostly chance (compare with noise_floor)")
+
+    threshold = float(np.quantile(y, TAIL_QUANTILE))
+    tail = y >= threshold
+    mapping = {"threshold": threshold, "tail_runs": int(tail.sum()), "factors": {}}
+    for name in names:
+        by_level = mapping["factors"][name] = {}
+        for value in plan["factors"][name]:
+            hit = keys[name] == _key(value)
+            if hit.any():
+                by_level[level_label(name, value)] = {"runs": int(hit.sum()), "tail_share": float(tail[hit].mean())}
+    out["mapping"] = mapping
+    return out
+
+
+# ------------------------------------------------------------------ records and reports
+def _require(condition, message):
+    if not condition:
+        raise ProbeError(message)
+
+
+def _optional(value, types):
+    return value is None or (isinstance(value, types) and not isinstance(value, bool))
+
+
+def check_plan(plan):
+    """Raise ProbeError unless `plan` is a plan as make_plan() writes it."""
+    _require(isinstance(plan, dict) and plan.get("schema") == PLAN_SCHEMA, "not a %s document" % PLAN_SCHEMA)
+    factors = plan.get("factors")
+    _require(isinstance(factors, dict) and all(isinstance(v, list) for v in factors.values()),
+             "factors is not a mapping of level lists")
+    treatments = plan.get("treatments")
+    _require(isinstance(treatments, list) and all(
+        isinstance(t, dict) and _is_int(t.get("id")) and set(factors) <= set(t)
+        for t in treatments), "treatments are not objects with an id and a level of every factor")
+    _require(len(set(t["id"] for t in treatments)) == len(treatments), "treatment ids repeat")
+
+
+def check_record(record):
+    """Raise ProbeError unless `record` has the shape the playbook writes to probe/<host>.json:
+    {host, status, reason, mountpoint, result} with result a probe-result/v1 document or null."""
+    _require(isinstance(record, dict), "not a JSON object")
+    _require(isinstance(record.get("host"), str) and record["host"], "no host name")
+    _require(record.get("status") in RECORD_STATUSES,
+             "status %r is not one of %s" % (record.get("status"), ", ".join(RECORD_STATUSES)))
+    _require(_optional(record.get("reason"), str) and _optional(record.get("mountpoint"), str),
+             "reason and mountpoint must be strings or null")
+    result = record.get("result")
+    _require(result is not None or record["status"] != "ran", "status is ran but there is no result")
+    if result is None:
+        return
+    _require(isinstance(result, dict) and result.get("schema") == RESULT_SCHEMA,
+             "result is not a %s document" % RESULT_SCHEMA)
+    _require(_optional(result.get("kernel"), str) and _optional(result.get("duration_s"), (int, float)),
+             "result kernel or duration_s has the wrong type")
+    sweep = result.get("sweep")
+    _require(sweep is None or (isinstance(sweep, dict) and isinstance(sweep.get("runs", []), list)
+                               and isinstance(sweep.get("errors", []), list)),
+             "result sweep is not an object with lists of runs and errors")
+    entries = result.get("confirmations", [])
+    _require(isinstance(entries, list), "result confirmations is not a list")
+    for entry in entries:
+        _require(isinstance(entry, dict) and isinstance(entry.get("id"), str), "a confirmation has no id")
+        spread = entry.get("ratio_spread")
+        _require(_optional(entry.get("ratio"), (int, float)) and (spread is None or (
+            isinstance(spread, list) and len(spread) == 2 and all(_optional(v, (int, float)) and v is not None
+                                                                  for v in spread))),
+                 "confirmation %s: ratio or ratio_spread is not a number" % entry["id"])
+
+
+def host_section(record, plan):
+    """The host report's `probe` section from the host's record and the run's plan (plan None:
+    the run folder has none, and the sweep is reported as not analysed).
+
+    A failed or unreachable probe (status and reason here) is also one of the host's errors (the
+    caller adds it) and is listed in summary.json, but does not change the verdict by itself:
+    the static audit decides; the probe only confirms (and may escalate) its findings.
+    """
+    result = record.get("result") or {}
+    errors = []  # what went wrong beyond the status (a failed probe says why in `reason`)
+    if result.get("status") == "error":
+        errors.append("probe error: %s" % (result.get("reason") or "no reason given"))
+    section = {"status": record["status"], "reason": record.get("reason") or result.get("reason"),
+               "mountpoint": record.get("mountpoint"), "kernel": result.get("kernel"),
+               "duration_s": result.get("duration_s"), "replica": result.get("replica"), "sweep": None,
+               "confirmations": result.get("confirmations") or [], "errors": errors}
+    sweep = result.get("sweep")
+    if sweep is not None:
+        errors.extend("sweep: %s" % error for error in sweep.get("errors") or [])
+        if plan is None:
+            errors.append("sweep not analysed: the run folder has no probe plan")
+        else:
+            section["sweep"] = dict(analyze(plan, result), seed=plan.get("seed"), level_set=plan.get("level_set"),
+                                    **dict((key, sweep.get(key)) for key in
+                                           ("stopped_by", "images_built", "images_seconds", "runs_seconds")))
+    errors.extend("confirmation %s: %s" % (entry["id"], entry.get("reason") or "no reason given")
+                  for entry in section["confirmations"] if entry.get("status") == "error")
+    return section
+
+
+def _measurement(section, probe_id, scope, mountpoint):
+    """(the probe's measured entry for a finding, None) or (None, why there is none)."""
+    if section is None:
+        return None, "no probe record for this host"
+    if section["status"] != "ran":
+        return None, "probe %s: %s" % (section["status"], section["reason"] or "no reason given")
+    if scope == "filesystem" and mountpoint != section["mountpoint"]:
+        return None, "the probe replicated %s, not this filesystem" % section["mountpoint"]
+    entries = [e for e in section["confirmations"] if e["id"] == probe_id
+               and (scope != "netfs" or e.get("mountpoint") == mountpoint)]
+    if not entries:
+        return None, "the probe reported no %s measurement%s" % (probe_id, " of this mount" if scope == "netfs" else "")
+    if entries[0].get("status") != "measured" or entries[0].get("ratio") is None:
+        return None, "%s %s: %s" % (probe_id, entries[0].get("status"), entries[0].get("reason") or "no ratio")
+    return entries[0], None
+
+
+def confirm(findings, section, rules):
+    """Give each finding whose rule has a `confirmation` what the probe measured for it, and
+    escalate confirmed ones as the rule says (like the catalog's `escalate`: the rule's level
+    stays in base_severity, the reason is added to escalated_because).
+
+    section: the host's probe section, None when the host has no probe record. Every such
+    finding gets a status: confirmed (ratio >= confirmed_at), not_reproduced, or not_measured
+    with the reason.
+    """
+    for finding in findings:
+        rule = rules[finding["rule"]]
+        spec = rule.get("confirmation")
+        if not spec:
+            continue
+        entry, reason = _measurement(section, spec["probe"], rule["scope"], finding["mountpoint"])
+        probed = (entry or {}).get("mountpoint") if rule["scope"] == "netfs" else (section or {}).get("mountpoint")
+        confirmation = {"probe": spec["probe"], "status": "not_measured", "ratio": None, "spread": None,
+                        "threshold": spec["confirmed_at"], "probed_mountpoint": probed, "metric": None,
+                        "reason": reason}
+        finding["confirmation"] = confirmation
+        if entry is None:
+            continue
+        confirmed = entry["ratio"] >= spec["confirmed_at"]
+        confirmation.update(status="confirmed" if confirmed else "not_reproduced", ratio=entry["ratio"],
+                            spread=entry.get("ratio_spread"), metric=entry.get("metric"))
+        if confirmed and severity_rank(spec["escalate_to"]) > severity_rank(finding["severity"]):
+            because = ("the probe measured %s at %.3g times the safe option set's on this host's kernel "
+                       "(confirmed at %g)" % (entry.get("metric") or "the cost", entry["ratio"], spec["confirmed_at"]))
+            finding["severity"] = spec["escalate_to"]
+            finding["escalated_because"] = "; ".join(filter(None, [finding.get("escalated_because"), because]))

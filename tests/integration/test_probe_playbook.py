@@ -1,0 +1,103 @@
+"""The probe through the real playbook on localhost: a 32-run sweep replicating a loop-mounted
+filesystem fills the report's probe section; a probe SIGKILLed mid-sweep is cleaned up by the next run."""
+
+import glob
+import os
+import random
+import signal
+import subprocess
+import time
+
+from conftest import ROOT, VENV_BIN, load_json, needs_root
+
+pytestmark = needs_root
+
+
+def playbook_argv(reports, scratch_dir, *extra):
+    return [os.path.join(VENV_BIN, "ansible-playbook"), "playbooks/audit.yml",
+            "-e", "ext4_audit_reports_dir=%s" % reports, "-e", "chopper_probe_scratch_dir=%s" % scratch_dir,
+            "-e", "ext4_audit_fail_on=critical", "-e", "chopper_probe_poll_s=1"] + list(extra)
+
+
+def run_playbook(argv):
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return proc.returncode, proc.stdout.decode(errors="replace")
+
+
+def latest_host_report(reports):
+    return load_json(os.path.join(str(reports), "latest", "hosts", "localhost.json"))
+
+
+def leftovers(scratch_dir):
+    with open("/proc/self/mountinfo") as handle:
+        mounts = [line.split()[4] for line in handle if line.split()[4].startswith(scratch_dir)]
+    loops = []
+    for backing in glob.glob("/sys/block/loop*/loop/backing_file"):
+        with open(backing) as handle:
+            if handle.read().startswith(scratch_dir):
+                loops.append(backing)
+    return mounts, loops, os.path.exists(scratch_dir)
+
+
+def test_32_run_sweep_fills_the_probe_section(loopfs, tmp_path):
+    target = loopfs.make("probed", size="2G", mkfs_args=["-J", "size=8", "-I", "256"])
+    scratch_dir = "/dev/shm/ext4-audit-probe-pb-%d" % os.getpid()
+    rc, out = run_playbook(playbook_argv(tmp_path / "reports", scratch_dir, "-e", "chopper_probe_runs=32",
+                                         "-e", "chopper_probe_mountpoint=%s" % target["mountpoint"],
+                                         "-e", "chopper_probe_repetitions=2"))
+    assert rc == 0, out
+    probe = latest_host_report(tmp_path / "reports")["probe"]
+    assert probe["status"] == "ran", probe
+    assert probe["mountpoint"] == target["mountpoint"]
+    # the replica is the audited filesystem's: 8 MiB journal, 256-byte inodes, its options
+    assert "size=8" in probe["replica"]["mkfs_args"] and "256" in probe["replica"]["mkfs_args"]
+    assert "data=ordered" in probe["replica"]["mount_options"].split(",")
+    sweep = probe["sweep"]
+    assert sweep["runs_planned"] == 32 and sweep["runs_completed"] == 32
+    assert 0 < sweep["dspan"]["p50"] <= sweep["dspan"]["p90"] <= sweep["dspan"]["p99"]
+    shares = [entry["s"] for entry in sweep["prioritization"]]
+    assert len(shares) >= 10 and shares == sorted(shares, reverse=True), sweep["prioritization"]
+    assert all(0 <= s <= 1 for s in shares)
+    assert set(sweep["mapping"]["factors"]) >= {"DiskSize", "FreeSpaceLayout", "FileSize", "Fsync"}
+    measured = [c for c in probe["confirmations"] if c["status"] == "measured"]
+    assert sorted(c["id"] for c in measured) == ["buffered_write_fsync", "rename_over_existing", "xattr_set"]
+    assert all(c["ratio"] > 0 for c in measured)
+    assert leftovers(scratch_dir) == ([], [], False)
+    summary = load_json(os.path.join(str(tmp_path / "reports"), "latest", "summary.json"))
+    assert "localhost" in str(summary["probe"])
+    markdown = open(os.path.join(str(tmp_path / "reports"), "latest", "summary.md")).read()
+    assert "rename_over_existing" in markdown
+
+
+def test_probe_killed_mid_sweep_is_cleaned_up_by_the_next_run(tmp_path):
+    scratch_dir = "/dev/shm/ext4-audit-probe-pbkill-%d" % os.getpid()
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    player = subprocess.Popen(playbook_argv(tmp_path / "r1", scratch_dir, "-e", "chopper_probe_runs=256"),
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    victim = None
+    for _ in range(600):  # find the probe process the playbook started
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmdline = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if any(arg.endswith(b"ext4_probe.py") for arg in cmdline) and b"run" in cmdline:
+                victim = int(pid)
+        if victim:
+            break
+        time.sleep(0.05)
+    assert victim, "the probe never started"
+    time.sleep(random.Random(3).uniform(0.5, 1.5))
+    os.kill(victim, signal.SIGKILL)
+    out = player.communicate(timeout=300)[0].decode(errors="replace")
+    report = latest_host_report(tmp_path / "r1")
+    assert report["probe"]["status"] == "failed", out
+    assert os.path.exists(scratch_dir), "a SIGKILLed probe cannot clean up; the next run must"
+
+    rc, out = run_playbook(playbook_argv(tmp_path / "r2", scratch_dir, "-e", "chopper_probe_runs=32",
+                                         "-e", '{"chopper_probe_confirmations": []}'))
+    assert rc == 0, out
+    probe = latest_host_report(tmp_path / "r2")["probe"]
+    assert probe["status"] == "ran" and probe["sweep"]["runs_completed"] == 32
+    assert leftovers(scratch_dir) == ([], [], False)
