@@ -8,13 +8,15 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from conftest import ROOT, VENV_BIN, load_json, needs_root
 
 pytestmark = needs_root
 
 
-def playbook_argv(reports, scratch_dir, *extra):
-    return [os.path.join(VENV_BIN, "ansible-playbook"), "playbooks/audit.yml",
+def playbook_argv(reports, scratch_dir, *extra, playbook="audit.yml"):
+    return [os.path.join(VENV_BIN, "ansible-playbook"), "playbooks/" + playbook,
             "-e", "ext4_audit_reports_dir=%s" % reports, "-e", "chopper_probe_scratch_dir=%s" % scratch_dir,
             "-e", "ext4_audit_fail_on=critical", "-e", "chopper_probe_poll_s=1"] + list(extra)
 
@@ -40,12 +42,13 @@ def leftovers(scratch_dir):
     return mounts, loops, os.path.exists(scratch_dir)
 
 
-def test_32_run_sweep_fills_the_probe_section(loopfs, tmp_path):
+@pytest.mark.parametrize("playbook", ["audit.yml", "probe.yml"])
+def test_32_run_sweep_fills_the_probe_section(loopfs, tmp_path, playbook):
     target = loopfs.make("probed", size="2G", mkfs_args=["-J", "size=8", "-I", "256"])
     scratch_dir = "/dev/shm/ext4-audit-probe-pb-%d" % os.getpid()
     rc, out = run_playbook(playbook_argv(tmp_path / "reports", scratch_dir, "-e", "chopper_probe_runs=32",
                                          "-e", "chopper_probe_mountpoint=%s" % target["mountpoint"],
-                                         "-e", "chopper_probe_repetitions=2"))
+                                         "-e", "chopper_probe_repetitions=2", playbook=playbook))
     assert rc == 0, out
     probe = latest_host_report(tmp_path / "reports")["probe"]
     assert probe["status"] == "ran", probe
@@ -68,6 +71,20 @@ def test_32_run_sweep_fills_the_probe_section(loopfs, tmp_path):
     assert "localhost" in str(summary["probe"])
     markdown = open(os.path.join(str(tmp_path / "reports"), "latest", "summary.md")).read()
     assert "rename_over_existing" in markdown
+
+
+def test_named_option_set_replaces_the_hosts_options(loopfs, tmp_path):
+    target = loopfs.make("probed", size="1G")
+    scratch_dir = "/dev/shm/ext4-audit-probe-pbset-%d" % os.getpid()
+    rc, out = run_playbook(playbook_argv(tmp_path / "reports", scratch_dir, "-e", "chopper_probe_runs=8",
+                                         "-e", "chopper_probe_mountpoint=%s" % target["mountpoint"],
+                                         "-e", '{"chopper_probe_confirmations": [], '
+                                               '"chopper_probe_mount_options": ["data=ordered", "nodelalloc"]}'))
+    assert rc == 0, out
+    probe = latest_host_report(tmp_path / "reports")["probe"]
+    assert probe["status"] == "ran" and probe["sweep"]["runs_completed"] == 8, probe
+    assert probe["replica"]["mount_options"].split(",") == ["data=ordered", "nodelalloc", "noinit_itable"]
+    assert any("given by the job" in a for a in probe["replica"]["adjustments"])
 
 
 def test_probe_killed_mid_sweep_is_cleaned_up_by_the_next_run(tmp_path):

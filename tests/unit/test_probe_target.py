@@ -109,7 +109,7 @@ def test_replica_copies_superblock_settings_and_drops_unreplayable_options():
     fs = {"mountpoint": "/data", "options": ["rw", "data=ordered", "noload", "resuid=0", "commit=30", "delalloc"],
           "superblock": {"block_size": 1024, "inode_size": 128, "journal_bytes": 4 << 20,
                          "features": ["has_journal", "extent", "needs_recovery", "64bit"]}}
-    mkfs, options, adjustments = probe.replica(fs, "/dev/shm/x")
+    mkfs, options, adjustments = probe.replica(fs)
     assert mkfs == {"block_size": 1024, "inode_size": 128, "journal_bytes": 4 << 20,
                     "features": ["has_journal", "extent", "64bit"]}
     assert options == ["data=ordered", "commit=30", "delalloc"]
@@ -122,7 +122,7 @@ def test_replica_copies_superblock_settings_and_drops_unreplayable_options():
 
 def test_replica_without_superblock_says_so():
     fs = {"mountpoint": "/", "options": ["rw", "delalloc"], "superblock": None}
-    mkfs, _, adjustments = probe.replica(fs, "/dev/shm/x")
+    mkfs, _, adjustments = probe.replica(fs)
     argv = probe.mkfs_argv(mkfs, 1 << 28, "i")
     assert mkfs["journal_bytes"] == 0 and argv[argv.index("-O") + 1] == "^has_journal"
     assert any("superblock facts unavailable" in a for a in adjustments)

@@ -285,7 +285,7 @@ def preflight(root, cap_bytes):
 
 
 # ------------------------------------------------------------------ the replica filesystem
-def replica(filesystem, scratch_dir):
+def replica(filesystem):
     """mke2fs arguments and mount options that replicate the audited filesystem.
 
     Returns (mkfs dict, mount option list, adjustments): what could not be replicated is
@@ -919,7 +919,14 @@ def run_job(job, progress):
         preflight(scratch.root, cap)
         with scratch:
             result["released_stale"] = scratch.released
-            mkfs, options, adjustments = replica(job["filesystem"], scratch.root)
+            mkfs, options, adjustments = replica(job["filesystem"])
+            if job.get("mount_options"):  # a named option set to compare, instead of the host's
+                options = [o for o in job["mount_options"] if o.split("=")[0] not in NOT_REPLAYED]
+                adjustments.append("mount options given by the job, not the host's: " + ",".join(options))
+            smallest_disk = min([t["DiskSize"] for t in (job.get("plan") or {}).get("treatments", [])] or [256 * MiB])
+            if (mkfs.get("journal_bytes") or 0) > smallest_disk // 8:
+                adjustments.append("journal of %d MiB capped at an eighth of each scratch disk (%d MiB on the "
+                                   "smallest)" % (mkfs["journal_bytes"] // MiB, smallest_disk // 8 // MiB))
             options = options + ["noinit_itable"]  # no background zeroing of the scratch inode tables
             images = Images(scratch, mkfs, options)
             probe_image = images.get(256 * MiB, 0, 6)
