@@ -9,7 +9,7 @@ import glob
 import os
 import sys
 
-from . import SEVERITIES, severity_rank, catalog as catalog_mod, engine, probe, reports, waivers as waivers_mod
+from . import SEVERITIES, severity_rank, catalog as catalog_mod, engine, kernel_gate, probe, reports, waivers as waivers_mod
 
 
 def build_host_report(record, catalog, waivers, run_id, now, probes=None, plan=None):
@@ -133,6 +133,25 @@ def cmd_gate(args):
     return reports.EXIT_CODES[summary["verdict"]]
 
 
+def cmd_kernel_gate(args):
+    """Compare a baseline and a candidate host's probe runs and findings; write kernel_gate.{json,md}."""
+    sides, plan_ids = [], []
+    for role, host, run_dir in (("baseline", args.baseline, args.baseline_run or args.run_dir),
+                                ("candidate", args.candidate, args.run_dir)):
+        records, plan = load_probe(run_dir)
+        report_path = os.path.join(run_dir, "hosts", reports.safe_name(host) + ".json")
+        report = reports.read_json(report_path, "%s host report" % role) if os.path.exists(report_path) else None
+        sides.append({"host": host, "record": (records or {}).get(host), "report": report})
+        plan_ids.append(plan and "seed %s, %s runs, %s levels" % (plan["seed"], plan["runs"], plan["level_set"]))
+    policy = dict(alpha=args.alpha, min_effect=args.min_effect, dspan_tolerance=args.dspan_tolerance,
+                  tail_tolerance=args.tail_tolerance, ratio_tolerance=args.ratio_tolerance, fail_on=args.fail_on)
+    gate = kernel_gate.evaluate(sides[0], sides[1], tuple(plan_ids), policy)
+    reports.write_json(os.path.join(args.run_dir, "kernel_gate.json"), gate)
+    reports.write_atomic(os.path.join(args.run_dir, "kernel_gate.md"), kernel_gate.markdown(gate, reports.md))
+    print("kernel gate: %s: %s" % (gate["verdict"], gate["reason"]))
+    return reports.EXIT_CODES[gate["verdict"]]
+
+
 def cmd_rules(args):
     """The rule list as a Markdown table (the README's copy is checked against this)."""
     catalog = catalog_mod.load(args.rules_dir)
@@ -181,6 +200,21 @@ def main(argv=None):
         p.add_argument("--rules-dir", default=catalog_mod.RULES_DIR, help=argparse.SUPPRESS)
         p.set_defaults(func=func)
     sub.choices["gate"].add_argument("--table", action="store_true", help="print the per-host table too")
+    p = sub.add_parser("kernel-gate", help=cmd_kernel_gate.__doc__)
+    p.add_argument("run_dir", help="the run with the candidate (and, unless --baseline-run, the baseline)")
+    p.add_argument("--baseline", required=True, help="inventory name of the baseline host")
+    p.add_argument("--candidate", required=True, help="inventory name of the candidate host")
+    p.add_argument("--baseline-run", help="the baseline's run folder, when it ran before (e.g. before a reboot)")
+    p.add_argument("--fail-on", choices=SEVERITIES, default=kernel_gate.DEFAULTS["fail_on"],
+                   help="a new candidate finding at or above this fails the gate")
+    for name, help_text in (("alpha", "significance level of the paired Wilcoxon test"),
+                            ("min_effect", "smallest rank-biserial effect size that counts"),
+                            ("dspan_tolerance", "allowed relative rise of the p99 d-span"),
+                            ("tail_tolerance", "allowed rise of the tail share (absolute)"),
+                            ("ratio_tolerance", "allowed relative rise of a confirmation ratio")):
+        p.add_argument("--" + name.replace("_", "-"), type=float, default=kernel_gate.DEFAULTS[name],
+                       help="%s (default %g)" % (help_text, kernel_gate.DEFAULTS[name]))
+    p.set_defaults(func=cmd_kernel_gate)
     p = sub.add_parser("rules", help="print the rule catalog as a Markdown table")
     p.add_argument("--rules-dir", default=catalog_mod.RULES_DIR, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_rules)

@@ -2,6 +2,7 @@
 filesystem fills the report's probe section; a probe SIGKILLed mid-sweep is cleaned up by the next run."""
 
 import glob
+import json
 import os
 import random
 import signal
@@ -87,6 +88,15 @@ def test_named_option_set_replaces_the_hosts_options(loopfs, tmp_path):
     assert any("given by the job" in a for a in probe["replica"]["adjustments"])
 
 
+def ours(cmdline, scratch_dir):
+    """Only the probe this test started: its job names this test's scratch directory."""
+    try:
+        with open(cmdline[cmdline.index(b"run") + 1]) as handle:
+            return json.load(handle).get("scratch_dir") == scratch_dir
+    except (OSError, ValueError, IndexError):
+        return False
+
+
 def test_probe_killed_mid_sweep_is_cleaned_up_by_the_next_run(tmp_path):
     scratch_dir = "/dev/shm/ext4-audit-probe-pbkill-%d" % os.getpid()
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
@@ -99,7 +109,8 @@ def test_probe_killed_mid_sweep_is_cleaned_up_by_the_next_run(tmp_path):
                 cmdline = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
             except OSError:
                 continue
-            if any(arg.endswith(b"ext4_probe.py") for arg in cmdline) and b"run" in cmdline:
+            if any(arg.endswith(b"ext4_probe.py") for arg in cmdline) and b"run" in cmdline and \
+                    ours(cmdline, scratch_dir):
                 victim = int(pid)
         if victim:
             break

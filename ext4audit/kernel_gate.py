@@ -1,0 +1,168 @@
+"""The kernel-upgrade gate: the same seeded probe plan on a baseline and a candidate, compared
+treatment by treatment, plus the static rules on the candidate.
+
+Fails when any of these holds (each a check with its numbers in the report):
+- d-span: the paired one-sided Wilcoxon signed-rank test says the candidate's d-spans are larger
+  (p < alpha), the matched-pairs rank-biserial effect size is at least `min_effect`, and the
+  candidate's p99 d-span is more than `dspan_tolerance` above the baseline's;
+- tail share: the share of candidate runs at or above the baseline's p90 d-span exceeds the
+  baseline's own share (10% by construction) by more than `tail_tolerance` (absolute);
+- a confirmation probe: the candidate's ratio exceeds the baseline's by more than
+  `ratio_tolerance` (relative) and the two spreads do not overlap;
+- static rules: the candidate has an unwaived finding at or above `fail_on` that the baseline
+  does not have (a known kernel issue in the candidate's version, for example).
+Incomplete (exit 2) when either side has no usable probe result or they used different plans.
+"""
+
+import math
+
+import numpy as np
+from scipy import stats
+
+from . import severity_rank
+
+SCHEMA = "ext4-fleet-audit/kernel-gate/v1"
+DEFAULTS = {"alpha": 0.01, "min_effect": 0.3, "dspan_tolerance": 0.10, "tail_tolerance": 0.10,
+            "ratio_tolerance": 0.25, "fail_on": "high"}
+
+
+class GateInputError(ValueError):
+    """A side cannot be compared (no probe result, a different plan); the gate is incomplete."""
+
+
+def _runs(record, side):
+    result = (record or {}).get("result") or {}
+    sweep = result.get("sweep") or {}
+    if (record or {}).get("status") != "ran" or not sweep.get("runs"):
+        raise GateInputError("%s: no probe sweep to compare (status %s: %s)" % (
+            side, (record or {}).get("status"), (record or {}).get("reason")))
+    return dict((run["id"], run["dspan"]) for run in sweep["runs"])
+
+
+def compare_dspan(baseline_runs, candidate_runs, policy):
+    ids = sorted(set(baseline_runs) & set(candidate_runs))
+    if len(ids) < 8:
+        raise GateInputError("only %d treatments completed on both sides (need 8)" % len(ids))
+    base = np.array([baseline_runs[i] for i in ids], dtype=float)
+    cand = np.array([candidate_runs[i] for i in ids], dtype=float)
+    diff = cand - base
+    nonzero = diff[diff != 0]
+    if len(nonzero) == 0:
+        p_value, effect = 1.0, 0.0
+    else:
+        p_value = float(stats.wilcoxon(cand, base, alternative="greater", zero_method="wilcox").pvalue)
+        ranks = stats.rankdata(np.abs(nonzero))
+        effect = float((ranks[nonzero > 0].sum() - ranks[nonzero < 0].sum()) / ranks.sum())
+    q = dict((name, (float(np.quantile(base, p)), float(np.quantile(cand, p))))
+             for name, p in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)))
+    threshold = q["p90"][0]
+    tail_base, tail_cand = float(np.mean(base >= threshold)), float(np.mean(cand >= threshold))
+    p99_change = q["p99"][1] / q["p99"][0] - 1 if q["p99"][0] else (math.inf if q["p99"][1] else 0.0)
+    regressed = p_value < policy["alpha"] and effect >= policy["min_effect"] and p99_change > policy["dspan_tolerance"]
+    tail_regressed = tail_cand - tail_base > policy["tail_tolerance"]
+    return {
+        "paired_treatments": len(ids),
+        "quantiles": dict((k, {"baseline": b, "candidate": c}) for k, (b, c) in q.items()),
+        "p99_change": p99_change,
+        "wilcoxon_p": p_value, "effect_size": effect,
+        "median_ratio": float(np.median(cand[base > 0] / base[base > 0])) if np.any(base > 0) else None,
+        "tail_share": {"baseline": tail_base, "candidate": tail_cand, "threshold": threshold},
+        "checks": [
+            {"check": "dspan", "failed": bool(regressed),
+             "detail": "p99 %+.1f%%, Wilcoxon p=%.3g, effect %.2f (fail: p<%g, effect>=%g, p99>+%d%%)" % (
+                 100 * p99_change, p_value, effect, policy["alpha"], policy["min_effect"],
+                 round(100 * policy["dspan_tolerance"]))},
+            {"check": "tail_share", "failed": bool(tail_regressed),
+             "detail": "runs at or above the baseline's p90: %.0f%% vs %.0f%% (fail: > +%d points)" % (
+                 100 * tail_cand, 100 * tail_base, round(100 * policy["tail_tolerance"]))}]}
+
+
+def compare_confirmations(baseline, candidate, policy):
+    def by_key(record):
+        entries = ((record or {}).get("result") or {}).get("confirmations") or []
+        return dict(((e["id"], e.get("mountpoint")), e) for e in entries if e.get("status") == "measured"
+                    and e.get("ratio"))
+    base, cand = by_key(baseline), by_key(candidate)
+    rows = []
+    for key in sorted(set(base) | set(cand), key=lambda k: (k[0], k[1] or "")):
+        b, c = base.get(key), cand.get(key)
+        row = {"probe": key[0], "mountpoint": key[1], "baseline": b and b["ratio"], "candidate": c and c["ratio"],
+               "baseline_spread": b and b["ratio_spread"], "candidate_spread": c and c["ratio_spread"],
+               "failed": False}
+        if b and c:
+            change = c["ratio"] / b["ratio"] - 1
+            apart = c["ratio_spread"][0] > b["ratio_spread"][1]
+            row.update(change=change, failed=bool(change > policy["ratio_tolerance"] and apart),
+                       detail="ratio %.2f -> %.2f (%+.0f%%), spreads %s" % (
+                           b["ratio"], c["ratio"], 100 * change, "apart" if apart else "overlap"))
+        else:
+            row["detail"] = "measured on one side only"
+        rows.append(row)
+    return rows
+
+
+def compare_findings(baseline_report, candidate_report, policy):
+    """Unwaived findings at or above fail_on on the candidate that the baseline does not have
+    (compared by rule and mount point: the two hosts are the same machine image)."""
+    def keys(report):
+        return set((f["rule"], f.get("mountpoint")) for f in (report or {}).get("findings") or []
+                   if not f.get("waived") and severity_rank(f["severity"]) >= severity_rank(policy["fail_on"]))
+    new = sorted(keys(candidate_report) - keys(baseline_report), key=lambda k: (k[0], k[1] or ""))
+    return [{"rule": rule, "mountpoint": mountpoint} for rule, mountpoint in new]
+
+
+def evaluate(baseline, candidate, plan_ids, policy=None):
+    """baseline/candidate: {"host", "record" (probe record), "report" (host report)}.
+    plan_ids: (baseline plan seed/runs/level set, candidate's) - they must match."""
+    policy = dict(DEFAULTS, **(policy or {}))
+    gate = {"schema": SCHEMA, "policy": policy, "verdict": "incomplete", "reason": None,
+            "baseline": _side(baseline), "candidate": _side(candidate),
+            "dspan": None, "confirmations": [], "new_findings": [], "failed_checks": []}
+    try:
+        if plan_ids[0] != plan_ids[1]:
+            raise GateInputError("the two sides ran different plans: %s vs %s" % plan_ids)
+        gate["dspan"] = compare_dspan(_runs(baseline["record"], "baseline"),
+                                      _runs(candidate["record"], "candidate"), policy)
+    except GateInputError as exc:
+        gate["reason"] = str(exc)
+        return gate
+    gate["confirmations"] = compare_confirmations(baseline["record"], candidate["record"], policy)
+    gate["new_findings"] = compare_findings(baseline["report"], candidate["report"], policy)
+    failed = [c["check"] + ": " + c["detail"] for c in gate["dspan"]["checks"] if c["failed"]]
+    failed += ["confirmation %s: %s" % (r["probe"], r["detail"]) for r in gate["confirmations"] if r["failed"]]
+    failed += ["new finding %s on %s" % (f["rule"], f["mountpoint"]) for f in gate["new_findings"]]
+    gate["failed_checks"] = failed
+    gate["verdict"] = "fail" if failed else "pass"
+    gate["reason"] = "; ".join(failed) if failed else "no regression beyond the tolerances"
+    return gate
+
+
+def _side(side):
+    report = side.get("report") or {}
+    kernel = report.get("kernel") or {}
+    return {"host": side["host"], "kernel": kernel.get("release"), "upstream": kernel.get("upstream")}
+
+
+def markdown(gate, escape):
+    """The gate report for people; `escape` is the Markdown escaper of reports.py."""
+    b, c = gate["baseline"], gate["candidate"]
+    lines = ["## Kernel gate: %s" % gate["verdict"].upper(), "",
+             "Baseline %s (%s) vs candidate %s (%s): %s" % (
+                 escape(b["host"]), escape(b["kernel"] or "?"), escape(c["host"]), escape(c["kernel"] or "?"),
+                 escape(gate["reason"] or "")), ""]
+    d = gate["dspan"]
+    if d:
+        lines += ["| d-span | baseline | candidate |", "|---|---|---|"]
+        lines += ["| %s | %.0f | %.0f |" % (k, v["baseline"], v["candidate"]) for k, v in d["quantiles"].items()]
+        lines += ["", "%d paired treatments; Wilcoxon signed-rank p = %.3g; effect size %.2f; median ratio %s." % (
+            d["paired_treatments"], d["wilcoxon_p"], d["effect_size"],
+            "%.2f" % d["median_ratio"] if d["median_ratio"] is not None else "n/a"), ""]
+        lines += ["- %s %s: %s" % ("FAIL" if ch["failed"] else "ok", ch["check"], escape(ch["detail"]))
+                  for ch in d["checks"]]
+    for row in gate["confirmations"]:
+        lines.append("- %s confirmation %s%s: %s" % ("FAIL" if row["failed"] else "ok", row["probe"],
+                                                     " on " + escape(row["mountpoint"]) if row["mountpoint"] else "",
+                                                     escape(row["detail"])))
+    for finding in gate["new_findings"]:
+        lines.append("- FAIL new finding %s on %s" % (finding["rule"], escape(finding["mountpoint"] or "-")))
+    return "\n".join(lines) + "\n"
