@@ -1,0 +1,157 @@
+"""Test VMs on real Debian kernels (testhosts/vm/README.md): build or reuse the bookworm image, boot
+its 6.1 and 6.12 cloud kernels at once under qemu (TCG), check them over SSH, run the real audit
+against both, then take them down and check that nothing is left.
+
+Slow: about 2 minutes with a cached image, about 4 when the image is built. Needs root, qemu and
+debootstrap (apt-get install qemu-system-x86 qemu-utils debootstrap) and the Debian mirror."""
+
+import glob
+import json
+import os
+import subprocess
+import time
+
+import pytest
+import yaml
+
+from conftest import ROOT, ansible_playbook, free_port, load_json
+
+TOOLS = ["/usr/bin/qemu-system-x86_64", "/usr/bin/qemu-img", "/usr/sbin/debootstrap"]
+MISSING = [tool for tool in TOOLS if not os.path.exists(tool)]
+IMAGES = os.path.join(ROOT, ".cache", "testhosts", "vm")
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (debootstrap, mkfs.ext4 -d of a root filesystem)"),
+    pytest.mark.skipif(bool(MISSING), reason="needs %s: apt-get install qemu-system-x86 qemu-utils debootstrap"
+                       % ", ".join(MISSING)),
+]
+
+
+def ssh(host, *command):
+    """Run a fixed command on a VM over SSH (argument list; nothing here comes from the guest)."""
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=20", "-o", "StrictHostKeyChecking=no",
+            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+            "-i", host["ansible_ssh_private_key_file"], "-p", str(host["ansible_port"]),
+            "%s@%s" % (host["ansible_user"], host["ansible_host"]), "--"] + list(command)
+    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+
+
+def qemu_processes(marker):
+    """Live processes whose command line mentions marker (a zombie's command line is empty)."""
+    found = []
+    for path in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            with open(path, "rb") as handle:
+                if marker.encode() in handle.read():
+                    found.append(path.split("/")[2])
+        except OSError:
+            pass  # exited while we looked
+    return found
+
+
+def two_free_ports():
+    first = free_port()
+    second = free_port()
+    while second == first:
+        second = free_port()
+    return first, second
+
+
+def test_two_kernels_boot_and_pass_the_audit(tmp_path):
+    timings = {}
+    started = time.monotonic()
+
+    # The image: built if the recipe changed, otherwise reused as it is.
+    step = time.monotonic()
+    rc, out = ansible_playbook("playbooks/testhosts/vm_image.yml")
+    assert rc == 0, out
+    timings["image"] = time.monotonic() - step
+    manifests = glob.glob(os.path.join(IMAGES, "bookworm-*", "manifest.json"))
+    assert len(manifests) == 1, manifests  # older recipes' images are removed
+    image_dir = os.path.dirname(manifests[0])
+    manifest = load_json(manifests[0])
+    assert sorted(manifest["kernels"]) == ["6.1", "6.12"]
+    disk = os.path.join(image_dir, manifest["image"])
+    disk_before = os.stat(disk)
+
+    step = time.monotonic()
+    rc, out = ansible_playbook("playbooks/testhosts/vm_image.yml")
+    assert rc == 0 and "Cached " + image_dir in out, out
+    timings["image cached check"] = time.monotonic() - step
+
+    run_dir = tmp_path / "run"
+    port_61, port_612 = two_free_ports()
+    vms = [{"name": "bookworm-6-1", "kernel": "6.1", "port": port_61},
+           {"name": "bookworm-6-12", "kernel": "6.12", "port": port_612}]
+    try:
+        # Both at once: their boots share this machine's cores.
+        step = time.monotonic()
+        rc, out = ansible_playbook("playbooks/testhosts/vm_up.yml", "-e",
+                                   json.dumps({"vm_hosts": vms, "vm_run_dir": str(run_dir)}))
+        assert rc == 0, out
+        timings["vm_up (both)"] = time.monotonic() - step
+        for vm in vms:
+            boot = load_json(str(run_dir / "vms" / vm["name"] / "boot.json"))
+            timings["boot to SSH " + vm["kernel"]] = boot["boot_seconds"]
+
+        inventory = {}
+        for vm in vms:
+            with open(run_dir / "inventory" / (vm["name"] + ".yml")) as handle:
+                snippet = yaml.safe_load(handle)
+            host = snippet["all"]["children"]["testhosts_vm"]["hosts"][vm["name"]]
+            assert host["ansible_host"] == "127.0.0.1" and host["ansible_port"] == vm["port"]
+            assert host["ansible_user"] == "root" and os.path.exists(host["ansible_ssh_private_key_file"])
+            assert "StrictHostKeyChecking=no" in host["ansible_ssh_common_args"]
+            assert "UserKnownHostsFile=/dev/null" in host["ansible_ssh_common_args"]
+            inventory[vm["name"]] = host
+
+        releases = {}
+        for vm in vms:
+            host = inventory[vm["name"]]
+            result = ssh(host, "uname", "-r")
+            assert result.returncode == 0, result.stdout
+            release = result.stdout.decode().strip()
+            # "6.1.0-56-cloud-amd64" is a 6.1 kernel, "6.12.117+deb12-cloud-amd64" a 6.12 one.
+            assert release.startswith(vm["kernel"] + "."), (vm, release)
+            assert release == manifest["kernels"][vm["kernel"]]
+            releases[vm["name"]] = release
+            for command in (["python3", "--version"], ["dumpe2fs", "-V"]):
+                result = ssh(host, *command)
+                assert result.returncode == 0, (vm["name"], command, result.stdout)
+
+        # The real audit against both VMs (root in the guests: no privilege escalation needed).
+        reports = tmp_path / "reports"
+        step = time.monotonic()
+        rc, out = ansible_playbook("-i", str(run_dir / "inventory"), "playbooks/audit.yml",
+                                   "-e", "ext4_audit_become=false", "-e", "ext4_audit_reports_dir=%s" % reports)
+        timings["audit (both)"] = time.monotonic() - step
+        summary = load_json(str(reports / "latest" / "summary.json"))
+        # The gate: exit 0 exactly when the verdict is pass. A fresh bookworm image has no finding
+        # at or above the default fail_on (high).
+        assert (rc == 0) == (summary["verdict"] == "pass"), (rc, summary["verdict"], out)
+        assert rc == 0, summary["reason"] + "\n" + out
+        for vm in vms:
+            report = load_json(str(reports / "latest" / "hosts" / (vm["name"] + ".json")))
+            assert report["status"] == "audited", report
+            assert report["kernel"]["release"] == releases[vm["name"]]
+            assert report["kernel"]["vendor"] == "debian"
+            root = [fs for fs in report["filesystems"] if fs["mountpoint"] == "/"]
+            assert root and root[0]["device"] == "/dev/vda", report["filesystems"]
+            assert "errors=remount-ro" in root[0]["options"]
+            assert root[0]["fstab"]["spec"] == "/dev/vda" and root[0]["fstab_drift"] == []
+            assert root[0]["superblock"]["inode_size"] == 256
+            assert report["errors"] == [], report["errors"]
+    finally:
+        step = time.monotonic()
+        rc_down, out_down = ansible_playbook("playbooks/testhosts/vm_down.yml", "-e",
+                                             json.dumps({"vm_run_dir": str(run_dir)}))
+        timings["vm_down"] = time.monotonic() - step
+        timings["total"] = time.monotonic() - started
+        print("timings (s): " + ", ".join("%s %.1f" % item for item in timings.items()))
+
+    # Nothing is left: no qemu of ours, no overlay, no run folder; the cached image is unchanged.
+    assert rc_down == 0, out_down
+    assert qemu_processes(str(run_dir)) == []
+    assert not run_dir.exists(), list(run_dir.rglob("*"))
+    disk_after = os.stat(disk)
+    assert (disk_after.st_mtime_ns, disk_after.st_size) == (disk_before.st_mtime_ns, disk_before.st_size)
