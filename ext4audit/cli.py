@@ -135,10 +135,12 @@ def cmd_gate(args):
 
 def cmd_kernel_gate(args):
     """Compare a baseline and a candidate host's probe runs and findings; write kernel_gate.{json,md}."""
-    sides, plan_ids = [], []
+    sides, plan_ids, loaded = [], [], {}
     for role, host, run_dir in (("baseline", args.baseline, args.baseline_run or args.run_dir),
                                 ("candidate", args.candidate, args.run_dir)):
-        records, plan = load_probe(run_dir)
+        if run_dir not in loaded:  # both sides usually come from the same run folder
+            loaded[run_dir] = load_probe(run_dir)
+        records, plan = loaded[run_dir]
         report_path = os.path.join(run_dir, "hosts", reports.safe_name(host) + ".json")
         report = reports.read_json(report_path, "%s host report" % role) if os.path.exists(report_path) else None
         sides.append({"host": host, "record": (records or {}).get(host), "report": report})

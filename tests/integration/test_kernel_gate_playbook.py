@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from conftest import ROOT, ansible_playbook, load_json, needs_root
+from conftest import ansible_playbook, load_json, needs_root
 
 pytestmark = needs_root
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, needs_root, run
+from conftest import needs_root, run
 from unit.test_probe_target import PROBE_PATH, probe, treatment
 
 pytestmark = needs_root

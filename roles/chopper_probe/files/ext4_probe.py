@@ -32,7 +32,6 @@ import os
 import random
 import shutil
 import signal
-import stat
 import struct
 import subprocess
 import sys
@@ -81,8 +80,8 @@ class Interrupted(BaseException):
     """SIGTERM/SIGINT/SIGHUP: unwind through every `finally`."""
 
 
-class OutOfTime(Exception):
-    pass
+class ScratchFull(ProbeError):
+    """The scratch directory holds more than its cap."""
 
 
 def _check(ret, what):
@@ -265,7 +264,7 @@ class Scratch:
     def check_cap(self):
         used = self.used()
         if used > self.cap:
-            raise ProbeError("scratch space cap reached: %d MiB used of %d MiB" % (used // MiB, self.cap // MiB))
+            raise ScratchFull("scratch space cap reached: %d MiB used of %d MiB" % (used // MiB, self.cap // MiB))
 
 
 def preflight(root, cap_bytes):
@@ -641,7 +640,7 @@ def sweep(scratch, images, plan, deadline, progress):
             runs.append(result)
         except ProbeError as exc:
             errors.append("treatment %s: %s" % (treatment["id"], exc))
-            stopped_by = "scratch cap" if "cap" in str(exc) else "error"
+            stopped_by = "scratch cap" if isinstance(exc, ScratchFull) else "error"
             break
         except OSError as exc:
             errors.append("treatment %s: %s" % (treatment["id"], exc))
