@@ -8,7 +8,7 @@ APT_PACKAGES := e2fsprogs util-linux openssh-server sshfs
 APT_COMMANDS := dumpe2fs debugfs losetup /usr/sbin/sshd sshfs
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: setup deps vm-deps audit test lint rules clean molecule fleet-up fleet-down vm-up vm-audit vm-down
+.PHONY: setup deps vm-deps lint-deps test-deps audit test lint rules clean molecule fleet-up fleet-down vm-up vm-audit vm-down
 setup: deps $(VENV)/.installed
 
 # Debian packages the audit and the tests use; installed only when a tool is missing.
@@ -27,19 +27,58 @@ audit: setup
 	$(VENV)/bin/ansible-playbook playbooks/audit.yml $(ARGS)
 
 # Test VMs on real Debian kernels (testhosts/vm/README.md); qemu's recommends are large.
-VM_APT_PACKAGES := qemu-system-x86 qemu-utils debootstrap
-VM_APT_COMMANDS := qemu-system-x86_64 qemu-img debootstrap
+# fdisk: sfdisk makes the partitioned images of the image pre-rollout check's tests.
+VM_APT_PACKAGES := qemu-system-x86 qemu-utils debootstrap fdisk
+VM_APT_COMMANDS := qemu-system-x86_64 qemu-img debootstrap sfdisk
 vm-deps:
 	@for c in $(VM_APT_COMMANDS); do command -v $$c >/dev/null || missing=1; done; \
 	if [ -n "$$missing" ]; then echo "installing $(VM_APT_PACKAGES)"; apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(VM_APT_PACKAGES); fi
 
+# Lint tools outside the venv (`make lint`, tests/unit/test_workflows.py): shellcheck (actionlint
+# checks run: scripts with it) and actionlint, built with Go into the venv (the PyPI wrapper
+# downloads a binary at build time, which fails here). actionlint 1.7.12 needs Go >= 1.25; Debian
+# 12's golang-go is 1.19, so with no Go toolchain the build is skipped with a message.
+ACTIONLINT_VERSION := 1.7.12
+ACTIONLINT_GO_MIN := 1.25
+GO ?= $(firstword $(shell command -v go) $(wildcard /usr/local/go/bin/go))
+lint-deps: setup
+	@command -v shellcheck >/dev/null || { echo "installing shellcheck"; apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends shellcheck; }
+	@go="$(GO)"; \
+	if $(VENV)/bin/actionlint -version 2>/dev/null | grep -qx 'v$(ACTIONLINT_VERSION)'; then exit 0; fi; \
+	if [ -z "$$go" ]; then \
+	  apt-get update -q >/dev/null; \
+	  candidate=$$(apt-cache policy golang-go | sed -n 's/^ *Candidate: \([0-9]*:\)\{0,1\}\([0-9.]*\).*/\2/p'); \
+	  if ! printf '%s\n' $(ACTIONLINT_GO_MIN) "$$candidate" | sort -V -C; then \
+	    echo "SKIPPED actionlint: no Go toolchain, and Debian's golang-go ($${candidate:-none}) is older than" \
+	         "$(ACTIONLINT_GO_MIN); install Go >= $(ACTIONLINT_GO_MIN) (e.g. /usr/local/go) and run make lint-deps"; \
+	    exit 0; fi; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends golang-go && go=/usr/bin/go; \
+	fi; \
+	echo "building actionlint $(ACTIONLINT_VERSION) with $$go"; \
+	GOBIN=$(CURDIR)/$(VENV)/bin "$$go" install github.com/rhysd/actionlint/cmd/actionlint@v$(ACTIONLINT_VERSION)
+
+# Debian packages only the tests use, installed when one of their commands is missing (a new
+# package goes in the first list, a command it installs in the second). chromium, chromium-driver:
+# the HTML report opened in a real browser.
+TEST_APT_PACKAGES := chromium chromium-driver
+TEST_APT_COMMANDS := /usr/bin/chromium /usr/bin/chromedriver
+test-deps: lint-deps
+	@for c in $(TEST_APT_COMMANDS); do command -v $$c >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ]; then echo "installing $(TEST_APT_PACKAGES)"; apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(TEST_APT_PACKAGES); fi
+
 # Unit tests, then the integration tests (root: loop devices and real ansible-playbook runs).
-test: setup vm-deps
+test: setup vm-deps test-deps
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS) tests
 
-lint: setup
+# ansible-lint (production profile), yamllint (.yamllint) and actionlint (.github/actionlint.yaml).
+lint: setup lint-deps
 	$(VENV)/bin/ansible-lint --profile production playbooks roles molecule
+	$(VENV)/bin/yamllint --strict .
+	@test -x $(VENV)/bin/actionlint || { echo "actionlint is missing: it needs Go >= $(ACTIONLINT_GO_MIN) (make lint-deps)"; exit 1; }
+	$(VENV)/bin/actionlint -config-file .github/actionlint.yaml .github/workflows/*.yml
 
 # The Molecule scenarios (root): this machine with risky loop mounts; a loopback SSH fleet of 8
 # hosts, one of which goes down mid-run. Molecule runs ansible-config and pytest from PATH.

@@ -10,6 +10,8 @@ import os
 import sys
 
 from . import SEVERITIES, severity_rank, catalog as catalog_mod, engine, kernel_gate, probe, reports, waivers as waivers_mod
+from . import baseline as baseline_mod, prometheus, sarif
+from . import html
 
 
 def build_host_report(record, catalog, waivers, run_id, now, probes=None, plan=None):
@@ -71,32 +73,47 @@ def load_probe(run_dir):
     return records, plan
 
 
-def finish(summary, host_reports, run_dir, reports_dir):
-    """Write the fleet files, move `latest`, print the table, return the exit code."""
+def finish(summary, host_reports, run_dir, reports_dir, catalog=None, rules_dir=catalog_mod.RULES_DIR, inventory=None):
+    """Write the fleet files, move `latest`, print the table, return the exit code. catalog (loaded
+    from rules_dir when not given) and inventory (its host_vars files) are for report.sarif."""
     reports.write_json(os.path.join(run_dir, "summary.json"), summary)
     reports.write_atomic(os.path.join(run_dir, "junit.xml"), reports.junit(host_reports, summary["policy"]["fail_on"]))
     reports.write_atomic(os.path.join(run_dir, "summary.md"), reports.markdown(summary, host_reports))
+    sarif.write(os.path.join(run_dir, "report.sarif"), summary, host_reports, catalog or catalog_mod.load(rules_dir),
+                os.path.join(rules_dir, "catalog.yml"), inventory)
+    prometheus.write(os.path.join(run_dir, "ext4audit.prom"), summary, host_reports)
+    reports.write_atomic(os.path.join(run_dir, "report.html"),
+                         html.render(summary, host_reports, catalog or catalog_mod.load(rules_dir), run_dir))
     if reports_dir:
         reports.point_latest(reports_dir, run_dir)
     print(reports.terminal_table(summary))
     return reports.EXIT_CODES[summary["verdict"]]
 
 
+def load_baseline(args):
+    """The --baseline run, read and checked in full before anything is written (None without one)."""
+    if args.fail_on_new and not args.baseline:
+        raise reports.ReportError("--fail-on-new true needs --baseline (an earlier run folder): nothing to compare with")
+    return baseline_mod.load(args.baseline, args.run_dir) if args.baseline else None
+
+
 def cmd_report(args):
     catalog = catalog_mod.load(args.rules_dir)
     waivers = waivers_mod.load(args.waivers, set(catalog.by_id)) if args.waivers else []
+    base = load_baseline(args)
     now = reports.utc_now()
     run_id = os.path.basename(os.path.normpath(args.run_dir))
     records = sorted(glob.glob(os.path.join(args.run_dir, "facts", "*.json")))
     probes, plan = load_probe(args.run_dir)
-    host_reports = []
-    for path in records:
-        record = reports.read_json(path, "facts record")
-        report = build_host_report(record, catalog, waivers, run_id, now, probes, plan)
+    host_reports = [build_host_report(reports.read_json(path, "facts record"), catalog, waivers, run_id, now, probes, plan)
+                    for path in records]
+    diff = baseline_mod.compare(host_reports, base) if base else None
+    for report in host_reports:
         reports.write_json(os.path.join(args.run_dir, "hosts", reports.safe_name(report["host"]) + ".json"), report)
-        host_reports.append(report)
-    summary = reports.summarize(host_reports, run_id, args.fail_on, args.unreachable_incomplete, now)
-    return finish(summary, host_reports, args.run_dir, os.path.dirname(os.path.normpath(args.run_dir)))
+    summary = reports.summarize(host_reports, run_id, args.fail_on, args.unreachable_incomplete, now,
+                                baseline=diff, fail_on_new=args.fail_on_new)
+    return finish(summary, host_reports, args.run_dir, os.path.dirname(os.path.normpath(args.run_dir)),
+                  catalog=catalog, rules_dir=args.rules_dir, inventory=args.inventory)
 
 
 def load_host_reports(run_dir):
@@ -114,6 +131,7 @@ def load_host_reports(run_dir):
 
 def cmd_gate(args):
     """Re-evaluate a finished run offline: same reports, the policy given now, waivers as of now."""
+    base = load_baseline(args)
     host_reports = load_host_reports(args.run_dir)
     now = reports.utc_now()
     catalog = catalog_mod.load(args.rules_dir)
@@ -128,7 +146,9 @@ def cmd_gate(args):
             report["expired_waivers"] = waivers_mod.apply(report["findings"], waivers, report["host"],
                                                           report.get("groups") or [], now)
     run_id = os.path.basename(os.path.normpath(args.run_dir))
-    summary = reports.summarize(host_reports, run_id, args.fail_on, args.unreachable_incomplete, now)
+    diff = baseline_mod.compare(host_reports, base) if base else None
+    summary = reports.summarize(host_reports, run_id, args.fail_on, args.unreachable_incomplete, now,
+                                baseline=diff, fail_on_new=args.fail_on_new)
     print(reports.terminal_table(summary) if args.table else "verdict: %s: %s" % (summary["verdict"], summary["reason"]))
     return reports.EXIT_CODES[summary["verdict"]]
 
@@ -150,6 +170,10 @@ def cmd_kernel_gate(args):
     gate = kernel_gate.evaluate(sides[0], sides[1], tuple(plan_ids), policy)
     reports.write_json(os.path.join(args.run_dir, "kernel_gate.json"), gate)
     reports.write_atomic(os.path.join(args.run_dir, "kernel_gate.md"), kernel_gate.markdown(gate, reports.md))
+    if os.path.exists(os.path.join(args.run_dir, "summary.json")):  # report.html gets the comparison too
+        reports.write_atomic(os.path.join(args.run_dir, "report.html"), html.render(
+            reports.read_json(os.path.join(args.run_dir, "summary.json"), "summary"),
+            load_host_reports(args.run_dir), catalog_mod.load(), args.run_dir))
     print("kernel gate: %s: %s" % (gate["verdict"], gate["reason"]))
     return reports.EXIT_CODES[gate["verdict"]]
 
@@ -199,9 +223,15 @@ def main(argv=None):
         p.add_argument("--unreachable-incomplete", type=_bool, default=True, metavar="BOOL",
                        help="whether hosts that could not be audited make the verdict incomplete (default: true)")
         p.add_argument("--waivers", help="waiver file (YAML); report: the run's waivers, gate: replaces them")
+        p.add_argument("--baseline", metavar="DIR", help="an earlier run folder (or reports/latest) to compare with: "
+                       "new, resolved and persisting findings (empty: none)")
+        p.add_argument("--fail-on-new", type=_bool, default=False, metavar="BOOL",
+                       help="fail only on findings new since --baseline (default: false)")
         p.add_argument("--rules-dir", default=catalog_mod.RULES_DIR, help=argparse.SUPPRESS)
         p.set_defaults(func=func)
     sub.choices["gate"].add_argument("--table", action="store_true", help="print the per-host table too")
+    sub.choices["report"].add_argument("--inventory", metavar="DIR",
+                                       help="inventory folder: report.sarif points at its host_vars/<host>.yml files")
     p = sub.add_parser("kernel-gate", help=cmd_kernel_gate.__doc__)
     p.add_argument("run_dir", help="the run with the candidate (and, unless --baseline-run, the baseline)")
     p.add_argument("--baseline", required=True, help="inventory name of the baseline host")

@@ -17,7 +17,6 @@ Incomplete (exit 2) when either side has no usable probe result or they used dif
 import math
 
 import numpy as np
-from scipy import stats
 
 from . import severity_rank
 
@@ -50,6 +49,7 @@ def compare_dspan(baseline_runs, candidate_runs, policy):
     if len(nonzero) == 0:
         p_value, effect = 1.0, 0.0
     else:
+        from scipy import stats  # slow to import (about 0.8 s); every other command runs without it
         p_value = float(stats.wilcoxon(cand, base, alternative="greater", zero_method="wilcox").pvalue)
         ranks = stats.rankdata(np.abs(nonzero))
         effect = float((ranks[nonzero > 0].sum() - ranks[nonzero < 0].sum()) / ranks.sum())

@@ -13,6 +13,7 @@ Every file is written to a temporary name and renamed into place, so a killed ru
 a half-written report, and `latest` only moves once the run's reports are complete.
 """
 
+import contextlib
 import datetime
 import json
 import os
@@ -39,13 +40,16 @@ def safe_name(host):
     return "_" + name if name.startswith(".") or not name else name
 
 
-def write_atomic(path, text):
+@contextlib.contextmanager
+def atomic_file(path):
+    """A text file to write in pieces (big reports are streamed): it gets its name only when the
+    block completes, and is removed if the block raises."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     handle, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
+            yield out
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, path)
@@ -53,6 +57,11 @@ def write_atomic(path, text):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def write_atomic(path, text):
+    with atomic_file(path) as out:
+        out.write(text)
 
 
 def write_json(path, doc):
@@ -92,14 +101,17 @@ def failing(finding, fail_on):
     return not finding["waived"] and severity_rank(finding["severity"]) >= severity_rank(fail_on)
 
 
-def verdict(host_reports, fail_on, unreachable_is_incomplete):
+def verdict(host_reports, fail_on, unreachable_is_incomplete, fail_on_new=False):
     """Return (verdict, one-line reason). incomplete outranks fail: a gate that could not look
-    at every host cannot vouch for the fleet, and says what it did find as well."""
+    at every host cannot vouch for the fleet, and says what it did find as well. fail_on_new:
+    only findings new since the baseline count (marked by baseline.compare)."""
     audited = [r for r in host_reports if r["status"] == "audited"]
     missing = [r for r in host_reports if r["status"] != "audited"]
-    bad = [(r["host"], f) for r in audited for f in r["findings"] if failing(f, fail_on)]
-    found = ("%d finding(s) at or above %s on %d host(s)" % (len(bad), fail_on, len(set(h for h, _ in bad)))
-             if bad else "no unwaived finding at or above %s" % fail_on)
+    bad = [(r["host"], f) for r in audited for f in r["findings"]
+           if failing(f, fail_on) and (not fail_on_new or f.get("baseline") == "new")]
+    kind = "new finding" if fail_on_new else "finding"
+    found = ("%d %s(s) at or above %s on %d host(s)" % (len(bad), kind, fail_on, len(set(h for h, _ in bad)))
+             if bad else "no unwaived %s at or above %s" % (kind, fail_on))
     if not audited:
         return "incomplete", "no host was audited" + ("" if not missing else ": " + _host_statuses(missing))
     if missing and unreachable_is_incomplete:
@@ -126,11 +138,15 @@ def probe_overview(host, section):
             "errors": len(section["errors"])}
 
 
-def summarize(host_reports, run_id, fail_on, unreachable_is_incomplete, now):
+def summarize(host_reports, run_id, fail_on, unreachable_is_incomplete, now, baseline=None, fail_on_new=False):
     """The fleet summary. `probe` has an overview of each host with a probe record. A probe
     that failed does not change the verdict (the static audit decides) but is never silent: it
-    is listed in probe.failed and named in the reason line."""
-    result, reason = verdict(host_reports, fail_on, unreachable_is_incomplete)
+    is listed in probe.failed and named in the reason line. baseline: the diff from
+    baseline.compare (None without a baseline); fail_on_new needs one."""
+    result, reason = verdict(host_reports, fail_on, unreachable_is_incomplete, fail_on_new)
+    if baseline is not None:
+        reason += "; since baseline %s: %d new, %d resolved" % (baseline["run_id"], len(baseline["new"]),
+                                                             len(baseline["resolved"]))
     probed = [r for r in host_reports if r.get("probe")]
     probe_failed = [{"host": r["host"], "status": r["probe"]["status"], "reason": r["probe"]["reason"]}
                     for r in probed if r["probe"]["status"] in probe.FAILED]
@@ -149,6 +165,7 @@ def summarize(host_reports, run_id, fail_on, unreachable_is_incomplete, now):
         worst = max((f["severity"] for f in unwaived), key=severity_rank, default=None)
         hosts.append({"host": report["host"], "status": report["status"], "worst": worst,
                       "findings": len(unwaived), "failing": sum(failing(f, fail_on) for f in unwaived),
+                      "new": sum(f.get("baseline") == "new" for f in unwaived) if baseline is not None else None,
                       "waived": len(report["findings"]) - len(unwaived),
                       "errors": len(report.get("errors") or []),
                       "probe": (report.get("probe") or {}).get("status")})
@@ -157,7 +174,8 @@ def summarize(host_reports, run_id, fail_on, unreachable_is_incomplete, now):
         "schema": SUMMARY_SCHEMA,
         "run_id": run_id,
         "generated_at": stamp(now),
-        "policy": {"fail_on": fail_on, "unreachable_is_incomplete": unreachable_is_incomplete},
+        "policy": {"fail_on": fail_on, "unreachable_is_incomplete": unreachable_is_incomplete,
+                   "fail_on_new": fail_on_new},
         "verdict": result,
         "reason": reason,
         "counts": {"by_severity": by_severity, "by_rule": dict(sorted(by_rule.items())),
@@ -168,6 +186,7 @@ def summarize(host_reports, run_id, fail_on, unreachable_is_incomplete, now):
                               for r in host_reports if r["status"] != "audited"],
         "expired_waivers": expired,
         "probe": {"hosts": [probe_overview(r["host"], r["probe"]) for r in probed], "failed": probe_failed},
+        "baseline": baseline,
     }
 
 
@@ -249,6 +268,8 @@ def markdown(summary, host_reports):
         lines.append("| %s | %s | %s | %d | %d | %d | %s |" % (
             md(host["host"]), host["status"], host["worst"] or "-", host["findings"], host["failing"], host["waived"],
             host.get("probe") or "-"))
+    if summary.get("baseline") is not None:
+        lines += _baseline_lines(summary["baseline"], summary["policy"].get("fail_on_new"))
     lines += ["", "<details><summary>Findings by host</summary>", ""]
     for report in host_reports:
         lines.append("### %s" % md(report["host"]))
@@ -272,6 +293,36 @@ def markdown(summary, host_reports):
         lines.append("")
     lines += ["</details>", ""]
     return "\n".join(lines)
+
+
+BASELINE_ROWS = 100  # rows of the Markdown diff table; summary.json lists every change
+
+
+def _baseline_lines(diff, fail_on_new):
+    """The diff against the baseline for Markdown: counts, hosts added and removed, a table of new
+    and resolved findings."""
+    lines = ["", "### Since baseline %s" % md(diff["run_id"]), "",
+             "**%d new**, %d resolved, %d persisting%s" % (
+                 len(diff["new"]), len(diff["resolved"]), diff["persisting"],
+                 " (fail_on_new: only new findings can fail the gate)" if fail_on_new else ""), ""]
+    for key, label in (("hosts_added", "Hosts added"), ("hosts_removed", "Hosts removed")):
+        if diff[key]:
+            lines.append("- %s (%d): %s%s" % (label, len(diff[key]), ", ".join(md(h) for h in diff[key][:BASELINE_ROWS]),
+                                              ", ..." if len(diff[key]) > BASELINE_ROWS else ""))
+    for item in diff.get("hosts_not_compared") or []:
+        lines.append("- Not compared: %s (%s)" % (md(item["host"]), md(item["reason"])))
+    why = {"new": "new", "worsened": "worse", "host_added": "new host", "not_audited_in_baseline": "not audited before"}
+    rows = [(why.get(e.get("why"), "new") + (" (was %s)" % e["was"] if e.get("was") else "") +
+             (" (waived)" if e.get("waived") else ""), e) for e in diff["new"]]
+    rows += [("resolved", e) for e in diff["resolved"]]
+    if rows:
+        lines += ["", "| change | host | rule | severity | mount point |", "|---|---|---|---|---|"]
+        lines += ["| %s | %s | %s | %s | %s |" % (change, md(e["host"]), md(e["rule"]), e["severity"],
+                                                  md(e["mountpoint"]) if e["mountpoint"] else "-")
+                  for change, e in rows[:BASELINE_ROWS]]
+        if len(rows) > BASELINE_ROWS:
+            lines.append("\n%d more change(s) in summary.json" % (len(rows) - BASELINE_ROWS))
+    return lines
 
 
 def _confirmation_text(conf):
@@ -319,11 +370,50 @@ def _probe_lines(section):
     return lines
 
 
-def terminal_table(summary):
-    rows = [("host", "status", "worst", "findings", "failing", "probe")]
-    rows += [(h["host"], h["status"], h["worst"] or "-", str(h["findings"]), str(h["failing"]),
-              h.get("probe") or "-") for h in summary["hosts"]]
-    widths = [min(40, max(len(repr(r[i])[1:-1]) for r in rows)) for i in range(len(rows[0]))]
-    out = ["  ".join(repr(cell)[1:-1][:40].ljust(w) for cell, w in zip(row, widths)) for row in rows]
-    out.append("verdict: %s: %s" % (summary["verdict"], summary["reason"]))
+TABLE_ROWS = 25  # the end-of-run table shows the worst hosts; summary.md and summary.json have them all
+
+
+def tty(value):
+    """A host-provided string for the terminal: control characters (newlines, escape sequences)
+    shown as escapes, so they can neither break the table nor drive the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value))
+
+
+def terminal_table(summary, limit=TABLE_ROWS):
+    """The end-of-run table (host, worst severity, findings, probe status), hosts not audited and
+    the worst first, then the baseline line and the verdict line. The verdict line is always last
+    (the playbook's failure message is that line)."""
+    def order(h):
+        return (h["status"] == "audited", -severity_rank(h["worst"]) if h["worst"] else 1, -h["failing"], h["host"])
+    hosts = sorted(summary["hosts"], key=order)
+    rows = [("host", "worst", "findings", "probe")]
+    for h in hosts[:limit]:
+        if h["status"] != "audited":
+            rows.append((h["host"], "not audited: " + h["status"], "-", h.get("probe") or "-"))
+            continue
+        notes = ["%d failing" % h["failing"]] if h["failing"] else []
+        notes += ["%d new" % h["new"]] if h.get("new") else []
+        notes += ["%d waived" % h["waived"]] if h["waived"] else []
+        rows.append((h["host"], h["worst"] or "-", "%d%s" % (h["findings"], " (%s)" % ", ".join(notes) if notes else ""),
+                     h.get("probe") or "-"))
+    cells = [[tty(cell)[:40] for cell in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(rows[0]))]
+    out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in cells]
+    if len(hosts) > limit:
+        out.append("... %d more host(s) (all in summary.md)" % (len(hosts) - limit))
+    diff = summary.get("baseline")
+    if diff is not None:
+        changed = ["hosts %s: %s" % (what, ", ".join(tty(h) for h in diff["hosts_" + what][:5]) +
+                                     (", ..." if len(diff["hosts_" + what]) > 5 else ""))
+                   for what in ("added", "removed") if diff["hosts_" + what]]
+        out.append("since baseline %s: %d new, %d resolved, %d persisting%s" % (
+            tty(diff["run_id"]), len(diff["new"]), len(diff["resolved"]), diff["persisting"],
+            "; " + "; ".join(changed) if changed else ""))
+        for entry in sorted(diff["new"], key=lambda e: -severity_rank(e["severity"]))[:5]:
+            out.append("  new: %s %s %s%s%s" % (tty(entry["host"]), entry["rule"], entry["severity"],
+                                              " on " + tty(entry["mountpoint"]) if entry["mountpoint"] else "",
+                                              " (was %s)" % entry["was"] if entry.get("was") else ""))
+        if len(diff["new"]) > 5:
+            out.append("  ... %d more new (summary.md)" % (len(diff["new"]) - 5))
+    out.append("verdict: %s: %s" % (summary["verdict"], tty(summary["reason"])))
     return "\n".join(out)

@@ -89,16 +89,10 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.ext4_parsers import (
-    EXT4_DRIVER_TYPES, NETFS_TYPES, ParseError, fstab_drift, option_map, parse_dumpe2fs,
+    EXT4_DRIVER_TYPES, NETFS_TYPES, ParseError, fstab_drift, infer_options, option_map, parse_dumpe2fs,
     parse_ext4_options, parse_fstab, parse_jbd2_info, parse_mountinfo, parse_os_release,
-    superblock_option_map,
 )
 from ansible.module_utils.kernel_version import identify
-
-# What the kernel applies when neither the mount nor the superblock says otherwise
-# (fs/ext4/super.c ext4_set_def_opts); only used on kernels without /proc/fs/ext4/<dev>/options.
-KERNEL_DEFAULTS = {"delalloc": True, "auto_da_alloc": True, "barrier": True, "discard": False,
-                   "commit": "5", "journal_async_commit": False}
 
 
 def read_text(path):
@@ -228,22 +222,7 @@ class Collector:
                 except ParseError as exc:
                     self.error(where, str(exc))
         # Old kernels (or ext2 served by ext2.ko): rebuild from defaults, superblock and mountinfo.
-        merged = dict(KERNEL_DEFAULTS)
-        if superblock:
-            if "has_journal" in superblock["features"]:
-                merged["data"] = "ordered"
-            merged["errors"] = (superblock["errors_behavior"] or "continue").replace("remount read-only", "remount-ro")
-            merged.update(superblock_option_map(superblock))
-        merged.update(option_map(mount["super_options"]))
-        tokens = []
-        for name, value in sorted(merged.items()):
-            if value is True:
-                tokens.append(name)
-            elif value is False:
-                tokens.append("no" + name)
-            else:
-                tokens.append("%s=%s" % (name, value))
-        return tokens, "inferred"
+        return infer_options(superblock, mount["super_options"]), "inferred"
 
     def superblock(self, mount, kname, where):
         device = self.device_node(mount, kname)

@@ -81,7 +81,12 @@ class Interrupted(BaseException):
 
 
 class ScratchFull(ProbeError):
-    """The scratch directory holds more than its cap."""
+    """The scratch directory holds more than its cap ("scratch cap"), or its filesystem has no
+    space left ("scratch full"); `what` says which (the sweep's stopped_by)."""
+
+    def __init__(self, message, what="scratch cap"):
+        ProbeError.__init__(self, message)
+        self.what = what
 
 
 def _check(ret, what):
@@ -265,6 +270,22 @@ class Scratch:
         used = self.used()
         if used > self.cap:
             raise ScratchFull("scratch space cap reached: %d MiB used of %d MiB" % (used // MiB, self.cap // MiB))
+
+    def full(self, exc):
+        """exc as a ScratchFull when the scratch filesystem ran out of space, else exc itself.
+        ENOSPC says so directly; a tool (mke2fs) or a scratch mount (a loop write failing with
+        EIO) only shows it by the filesystem having (almost) nothing left."""
+        if isinstance(exc, ScratchFull):
+            return exc
+        try:
+            vfs = os.statvfs(self.root)
+        except OSError:
+            return exc
+        free = vfs.f_bavail * vfs.f_frsize
+        if getattr(exc, "errno", None) == errno.ENOSPC or free < MiB:
+            return ScratchFull("no space left on the scratch filesystem (%d KiB free under %s): %s"
+                               % (free // 1024, self.root, exc), what="scratch full")
+        return exc
 
 
 def preflight(root, cap_bytes):
@@ -638,14 +659,11 @@ def sweep(scratch, images, plan, deadline, progress):
                 result = measure_run(paths, images.mkfs["block_size"], treatment["FileSize"])
             result["id"] = treatment["id"]
             runs.append(result)
-        except ProbeError as exc:
+        except (OSError, ProbeError) as exc:
+            exc = scratch.full(exc)  # before `finally` frees the run image
             errors.append("treatment %s: %s" % (treatment["id"], exc))
-            stopped_by = "scratch cap" if isinstance(exc, ScratchFull) else "error"
-            break
-        except OSError as exc:
-            errors.append("treatment %s: %s" % (treatment["id"], exc))
-            if len(errors) >= 5:
-                stopped_by = "error"
+            if isinstance(exc, ProbeError) or len(errors) >= 5:
+                stopped_by = exc.what if isinstance(exc, ScratchFull) else "error"
                 break
         finally:
             if os.path.exists(run_image):
@@ -795,7 +813,7 @@ class Confirmations:
                     entry[side]["samples"].append(round(pick(value), 9))
                 entry["repetitions"] += 1
         except (OSError, ProbeError) as exc:
-            entry.update(status="error", reason=str(exc))
+            entry.update(status="error", reason=str(self.scratch.full(exc)))
             return entry
         if not entry["repetitions"]:
             entry["status"] = "skipped"
@@ -852,8 +870,8 @@ class Confirmations:
             entry = self.entry("netfs_mkdir_existing", "002", "mkdir(2) on an existing path, p50",
                                netfs.get("fstype") or "network filesystem", [], "local ext4", self.options)
             entry["mountpoint"] = path
-            copy_sparse(self.images.get(self.DISK, 0, 6), run_image)
-            try:
+            try:  # a full scratch is this entry's error, not the whole probe's
+                copy_sparse(self.images.get(self.DISK, 0, 6), run_image)
                 remote = existing_entry(path)
                 with Mounted(run_image, self.scratch.path("mnt", "confirm"), self.options) as mnt:
                     local = os.path.join(mnt.target, "existing")
@@ -869,9 +887,10 @@ class Confirmations:
             except subprocess.TimeoutExpired:
                 entry.update(status="error", reason="mkdir on %s did not answer within 30 s" % path)
             except (OSError, ProbeError) as exc:
-                entry.update(status="error", reason=str(exc))
+                entry.update(status="error", reason=str(self.scratch.full(exc)))
             finally:
-                os.unlink(run_image)
+                if os.path.exists(run_image):
+                    os.unlink(run_image)
             entries.append(entry)
         if not entries:
             entries.append({"id": "netfs_mkdir_existing", "seed": "002", "status": "skipped",

@@ -1,0 +1,185 @@
+"""report.html: one self-contained page per run for people (ext4audit/templates/report.html.j2).
+
+The verdict first, then a fleet overview (sortable and filterable with a small script; without
+it the table reads the same), each host's findings, facts and probe, the rules found (rationale,
+remediation, references: one entry per rule, linked from each finding), the baseline diff and
+the kernel-gate comparison when the run has them. Plots are SVG inline (ext4audit/plots.py).
+
+Self-contained and inert: no file, font or script is loaded from anywhere (a
+Content-Security-Policy meta allows none; the one inline script is allowed by its hash), and
+every host-provided string goes through Jinja2's autoescape. Nothing in here marks host data
+safe: only our own CSS, script and matplotlib's SVG (whose text matplotlib escapes) are.
+"""
+
+import base64
+import functools
+import glob
+import hashlib
+import json
+import os
+
+from . import SEVERITIES, probe, reports, severity_rank
+
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+# Per-host pictures cost about 0.1 s each to draw and 20-40 KiB of page: a fleet where the probe
+# ran on more hosts gets them for the first ones (their numbers are in the page for all).
+MAX_PLOTTED_HOSTS = 20
+OPEN_HOSTS = 20  # fleets up to this size show every host unfolded
+
+
+@functools.lru_cache(maxsize=None)
+def _environment():
+    import jinja2  # only the report step needs it (and ansible-core pins it)
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(bytes=lambda v: "-" if v is None else probe.human_bytes(v), num=_num,
+                       pct=lambda v: "-" if v is None else "%.0f%%" % (100 * v), json=_json, link=_link)
+    return env
+
+
+@functools.lru_cache(maxsize=None)
+def _asset(name):
+    with open(os.path.join(TEMPLATES, name), encoding="utf-8") as handle:
+        return handle.read()
+
+
+def _num(value, digits=3):
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "%.*g" % (digits, value)
+    return str(value)
+
+
+def _json(value):
+    """A fact value as compact text (escaped by the template like any other string)."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _link(url):
+    """Only http(s) references become links (a javascript: URL in a catalog would run on click)."""
+    return url if isinstance(url, str) and url.startswith(("https://", "http://")) else None
+
+
+def csp(script):
+    """The page's Content-Security-Policy: nothing loads; the one inline script runs by its hash.
+    Styles are inline (the page's and matplotlib's style attributes): CSS cannot run code, and
+    every host string is escaped, so no one else's CSS gets in."""
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
+    return ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-%s'; "
+            "base-uri 'none'; form-action 'none'" % digest)
+
+
+def _severity_counts(findings):
+    counts = dict((s, 0) for s in SEVERITIES)
+    for finding in findings:
+        if not finding["waived"]:
+            counts[finding["severity"]] += 1
+    return counts
+
+
+def _dspans(run_dir, hosts):
+    """Each host's run d-spans from the raw probe records in <run_dir>/probe (the host report keeps
+    only their quantiles; the CDF needs every run). Records were checked by the report step."""
+    found = {}
+    for path in sorted(glob.glob(os.path.join(run_dir or "", "probe", "*.json"))):
+        doc = reports.read_json(path, "probe file")
+        if not isinstance(doc, dict) or doc.get("host") not in hosts:
+            continue
+        runs = ((doc.get("result") or {}).get("sweep") or {}).get("runs") or []
+        found[doc["host"]] = [r["dspan"] for r in runs if isinstance(r, dict) and isinstance(r.get("dspan"), (int, float))
+                              and not isinstance(r["dspan"], bool)]
+    return found
+
+
+def _probe_view(section, dspans, index):
+    """The probe block of one host: its numbers and, when drawn, its three plots."""
+    from markupsafe import Markup
+
+    from . import plots
+
+    sweep = section.get("sweep")
+    view = {"plots": [], "zero_dspans": 0}
+    if not sweep or not sweep.get("runs_completed"):
+        return view
+    if dspans:
+        view["zero_dspans"] = sum(1 for v in dspans if v <= 0)
+        cdf = plots.dspan_cdf(dspans, sweep["dspan"], "cdf-%d" % index)
+        if cdf:
+            view["plots"].append(("d-span CDF (Chopper Figure 3)", Markup(cdf)))
+    bars = plots.prioritization(sweep.get("prioritization"), "prio-%d" % index)
+    if bars:
+        view["plots"].append(("Factor prioritization (Chopper Figure 4)", Markup(bars)))
+    tails = plots.tail_share(sweep.get("mapping"), sweep.get("prioritization") or [], sweep["runs_completed"],
+                             "tail-%d" % index)
+    if tails:
+        view["plots"].append(("Tail share per factor level (Chopper Figure 5)", Markup(tails)))
+    return view
+
+
+def _kernel_gate(run_dir):
+    """(kernel_gate.json, its plot, an error) for the run folder; all None without a gate."""
+    path = os.path.join(run_dir or "", "kernel_gate.json")
+    if not run_dir or not os.path.exists(path):
+        return None, None, None
+    try:
+        gate = reports.read_json(path, "kernel gate report")
+        if not isinstance(gate, dict) or gate.get("schema") != "ext4-fleet-audit/kernel-gate/v1":
+            raise reports.ReportError("%s is not a kernel-gate/v1 document" % path)
+        from . import plots
+
+        return gate, plots.kernel_gate(gate, "kernel-gate"), None
+    except (reports.ReportError, KeyError, TypeError, ValueError) as exc:
+        # The gate is a separate step with its own exit code: the page says it could not be read.
+        return None, None, str(exc)
+
+
+def render(summary, host_reports, catalog=None, run_dir=None):
+    """The page as a string. catalog: the loaded rule catalog (rationale and references per rule;
+    rules missing from it are listed with what the findings carry). run_dir: where the raw probe
+    records (for the d-span CDFs) and kernel_gate.json are, when there are any."""
+    import markupsafe
+
+    rules = catalog.by_id if catalog is not None else {}
+    rows, hosts, found_rules = [], [], {}
+    probed = [r["host"] for r in host_reports if ((r.get("probe") or {}).get("sweep") or {}).get("runs_completed")]
+    plotted = set(probed[:MAX_PLOTTED_HOSTS])
+    dspans = _dspans(run_dir, plotted) if plotted else {}
+    for index, report in enumerate(host_reports):
+        findings = sorted(report["findings"], key=lambda f: (-severity_rank(f["severity"]), f["rule"],
+                                                             f.get("mountpoint") or ""))
+        unwaived = [f for f in findings if not f["waived"]]
+        worst = max((f["severity"] for f in unwaived), key=severity_rank, default=None)
+        rows.append({"index": index, "host": report["host"], "status": report["status"], "worst": worst,
+                     "worst_rank": severity_rank(worst) if worst else -1, "counts": _severity_counts(findings),
+                     "waived": len(findings) - len(unwaived),
+                     "failing": sum(reports.failing(f, summary["policy"]["fail_on"]) for f in findings),
+                     "errors": len(report.get("errors") or []),
+                     "probe": (report.get("probe") or {}).get("status")})
+        for finding in findings:
+            found_rules.setdefault(finding["rule"], finding)
+        section = report.get("probe")
+        view = _probe_view(section, dspans.get(report["host"]), index) if report["host"] in plotted else None
+        hosts.append({"index": index, "report": report, "findings": findings, "probe": section, "probe_view": view,
+                      "open": len(host_reports) <= OPEN_HOSTS})
+    glossary = []
+    for rule_id in sorted(found_rules, key=lambda r: (-severity_rank(found_rules[r]["base_severity"]
+                                                                     if found_rules[r].get("base_severity")
+                                                                     else found_rules[r]["severity"]), r)):
+        rule, finding = rules.get(rule_id) or {}, found_rules[rule_id]
+        glossary.append({"id": rule_id, "title": rule.get("title") or finding.get("title"),
+                         "severity": rule.get("severity") or finding.get("base_severity"),
+                         "rationale": rule.get("rationale"), "seed": rule.get("seed") or finding.get("seed"),
+                         "remediation": rule.get("remediation") or finding.get("remediation") or {},
+                         "references": rule.get("references") or finding.get("references") or []})
+    gate, gate_plot, gate_error = _kernel_gate(run_dir)
+    script = _asset("report.js")
+    page = _environment().get_template("report.html.j2").render(
+        summary=summary, rows=rows, hosts=hosts, glossary=glossary, severities=SEVERITIES,
+        rationales=dict((g["id"], g["rationale"]) for g in glossary),
+        severities_desc=list(reversed(SEVERITIES)), baseline=summary.get("baseline"),
+        probed=len(probed), plotted=len(plotted), max_plotted=MAX_PLOTTED_HOSTS,
+        gate=gate, gate_plot=markupsafe.Markup(gate_plot) if gate_plot else None, gate_error=gate_error,
+        csp=csp(script), script=markupsafe.Markup(script), css=markupsafe.Markup(_asset("report.css")))
+    return page

@@ -1,0 +1,207 @@
+"""The HTML report's pictures, drawn by matplotlib as SVG text to put inline in the page.
+
+- dspan_cdf: the d-span CDF of one host's sweep, log x (Chopper, FAST '15, Figure 3);
+- prioritization: S_i per factor with the chance level (Figure 4);
+- tail_share: the share of tail runs per factor level (Figure 5);
+- kernel_gate: baseline against candidate (d-span quantiles, confirmation ratios).
+
+matplotlib is imported inside the functions: it takes a second or more to import, and only a
+run with probe data or a kernel gate draws anything. Figures are matplotlib.figure.Figure
+objects, not pyplot's: nothing is registered globally, so nothing has to be closed or leaks
+between figures. The output is deterministic: no date in the metadata and a fixed id salt per
+figure (each figure's own, so ids stay unique when several SVGs share one page).
+
+No host-provided string is drawn: labels are factor names and levels (factors.yml), probe ids
+and fixed words. matplotlib escapes SVG text anyway, and math parsing is off, so a "$" in a
+label stays a dollar sign.
+"""
+
+import contextlib
+import io
+import math
+import re
+
+from . import probe
+
+STYLE = {
+    "svg.fonttype": "none",      # text as <text> (smaller, selectable), not glyph paths
+    "text.parse_math": False,    # "$...$" in a label is text, never mathtext
+    "font.size": 8,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+}
+BLUE, ORANGE, GREY = "#1f5fa8", "#d9730d", "#555555"
+UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+@contextlib.contextmanager
+def _style(key):
+    import matplotlib
+
+    with matplotlib.rc_context(dict(STYLE, **{"svg.hashsalt": "ext4audit-" + key})):
+        yield
+
+
+def _svg(fig):
+    """The figure as an <svg> element (without the XML prolog and DOCTYPE, which only a file needs)."""
+    buffer = io.StringIO()
+    fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
+    text = buffer.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _figure(width, height):
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def _byte_ticks(axis, low, high):
+    """Ticks at powers of two (4 KiB, 64 KiB, 1 MiB ...) labelled in KiB/MiB/GiB: a log axis of
+    byte counts reads better that way than in powers of ten."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    first, last = math.floor(math.log2(low)), math.ceil(math.log2(high))
+    step = max(1, math.ceil((last - first) / 7))
+    axis.set_major_locator(FixedLocator([2.0 ** k for k in range(first, last + 1, step)]))
+    axis.set_minor_locator(NullLocator())
+    axis.set_major_formatter(FuncFormatter(lambda value, _: probe.human_bytes(value).replace(".0 ", " ")))
+
+
+def dspan_cdf(dspans, quantiles, key):
+    """The CDF of a sweep's run d-spans (bytes, log x) with its p50/p90/p99 marked; p90 is the
+    tail threshold of the factor mapping. Runs with a d-span of 0 (no extents) cannot sit on a
+    log axis: the caller says how many there were. Returns None when there is nothing to draw."""
+    values = sorted(v for v in dspans if v > 0)
+    if not values:
+        return None
+    with _style(key):
+        fig = _figure(6.4, 3.0)
+        ax = fig.add_subplot()
+        shares = [(i + 1) / len(values) for i in range(len(values))]
+        ax.step(values, shares, where="post", color=BLUE, linewidth=1.5, label="runs (%d)" % len(values))
+        ax.set_xscale("log")
+        styles = {"p50": ":", "p90": "--", "p99": "-."}
+        for name, style in styles.items():
+            if quantiles.get(name):
+                ax.axvline(quantiles[name], color=ORANGE, linestyle=style, linewidth=1,
+                           label="%s %s%s" % (name, probe.human_bytes(quantiles[name]),
+                                              " (tail threshold)" if name == "p90" else ""))
+        low, high = values[0], values[-1]
+        ax.set_xlim(low / 1.5, high * 1.5)
+        _byte_ticks(ax.xaxis, low / 1.5, high * 1.5)
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("d-span of a run (bytes, log scale)")
+        ax.set_ylabel("fraction of runs")
+        ax.legend(loc="upper left", fontsize=7)
+        return _svg(fig)
+
+
+def prioritization(entries, key):
+    """S_i = Var(E[Y|X_i]) / Var(Y) per factor, largest on top, with the value chance alone gives
+    a factor with that many levels (a bar that does not clear its mark explains nothing)."""
+    if not entries:
+        return None
+    entries = list(reversed(entries))  # barh draws bottom up
+    with _style(key):
+        fig = _figure(6.4, 0.8 + 0.24 * len(entries))
+        ax = fig.add_subplot()
+        rows = range(len(entries))
+        ax.barh(rows, [e["s"] for e in entries], color=BLUE, height=0.6, label="S_i (share of d-span variance)")
+        ax.scatter([e["noise_floor"] for e in entries], rows, marker="|", s=160, color="black", zorder=3,
+                   label="chance level")
+        ax.set_yticks(list(rows), ["%s (%d)" % (e["factor"], e["levels"]) for e in entries])
+        top = max(max(e["s"] for e in entries), max(e["noise_floor"] for e in entries))
+        ax.set_xlim(0, min(1.0, max(0.1, top * 1.15)))
+        ax.set_xlabel("S_i: variance of the d-span explained by the factor (levels in brackets)")
+        ax.grid(axis="y", visible=False)
+        ax.legend(loc="lower right", fontsize=7)
+        return _svg(fig)
+
+
+def _level_order(label):
+    """Levels in their natural order (the host report's JSON sorts them as strings): numbers and
+    byte sizes by value; chunk orders and bitmaps as strings (that is their plan order)."""
+    found = re.fullmatch(r"(-?[0-9.]+(?:e[-+]?[0-9]+)?)(?: (B|KiB|MiB|GiB))?", label)
+    if found:
+        return (0, float(found.group(1)) * UNITS[found.group(2) or "B"], label)
+    return (1, 0.0, label)
+
+
+def tail_share(mapping, ranked, runs, key, top=6):
+    """For the `top` factors by S_i: the share of each level's runs that are in the tail (d-span
+    at or above the p90), against the share over all runs (dashed line; about 10%)."""
+    factors = [e["factor"] for e in ranked if len((mapping or {}).get("factors", {}).get(e["factor"]) or {}) > 1]
+    factors = factors[:top]
+    if not factors or not runs:
+        return None
+    overall = mapping["tail_runs"] / runs
+    columns = min(3, len(factors))
+    lines = math.ceil(len(factors) / columns)
+    with _style(key):
+        fig = _figure(6.4, 1.9 * lines + 0.3)
+        axes = fig.subplots(lines, columns, squeeze=False)
+        for ax in axes.flat[len(factors):]:
+            ax.set_visible(False)
+        for ax, name in zip(axes.flat, factors):
+            levels = sorted(mapping["factors"][name], key=_level_order)
+            ax.bar(range(len(levels)), [mapping["factors"][name][level]["tail_share"] for level in levels],
+                   color=BLUE, width=0.7)
+            ax.axhline(overall, color=ORANGE, linestyle="--", linewidth=1)
+            ax.set_xticks(range(len(levels)), levels, rotation=90 if len(levels) > 4 else 0,
+                          fontsize=5 if len(levels) > 12 else 7)
+            ax.set_ylim(0, 1)
+            ax.set_title(name, fontsize=8)
+            ax.grid(axis="x", visible=False)
+        for ax in axes[:, 0]:
+            ax.set_ylabel("tail share")
+        fig.suptitle("share of runs in the tail (d-span >= p90) per level; dashed: all runs (%.0f%%)"
+                     % (100 * overall), fontsize=8)
+        return _svg(fig)
+
+
+def kernel_gate(gate, key):
+    """Baseline against candidate: d-span p50/p90/p99 (log y) and each confirmation's ratio with
+    its spread (risky cost / safe cost; 1 means no difference)."""
+    dspan = gate.get("dspan")
+    rows = [r for r in gate.get("confirmations") or [] if r.get("baseline") or r.get("candidate")]
+    if not dspan:
+        return None
+    with _style(key):
+        fig = _figure(6.4, 2.8)
+        left, right = fig.subplots(1, 2, width_ratios=[1, max(1, len(rows))] if rows else [1, 1])
+        names = list(dspan["quantiles"])
+        width = 0.38
+        values = []
+        for offset, side, color in ((-width / 2, "baseline", GREY), (width / 2, "candidate", ORANGE)):
+            heights = [max(dspan["quantiles"][n][side], 1) for n in names]
+            values += heights
+            left.bar([i + offset for i in range(len(names))], heights, width=width, color=color, label=side)
+        left.set_yscale("log")
+        _byte_ticks(left.yaxis, min(values) / 1.5, max(values) * 1.5)
+        left.set_xticks(range(len(names)), names)
+        left.set_title("d-span quantiles", fontsize=8)
+        left.legend(fontsize=7)
+        left.grid(axis="x", visible=False)
+        if not rows:
+            right.set_visible(False)
+        labels, seen = [], {}
+        for row in rows:
+            seen[row["probe"]] = seen.get(row["probe"], 0) + 1
+            labels.append(row["probe"] + (" #%d" % seen[row["probe"]] if seen[row["probe"]] > 1 else ""))
+        for offset, side, color in ((-width / 2, "baseline", GREY), (width / 2, "candidate", ORANGE)):
+            spots = [(i + offset, row[side], row.get(side + "_spread")) for i, row in enumerate(rows) if row.get(side)]
+            if not spots:
+                continue
+            low = [r - (s[0] if s else r) for _, r, s in spots]
+            high = [(s[1] if s else r) - r for _, r, s in spots]
+            right.bar([x for x, _, _ in spots], [r for _, r, _ in spots], width=width, color=color, label=side,
+                      yerr=[[max(0, v) for v in low], [max(0, v) for v in high]], capsize=3)
+        if rows:
+            right.axhline(1, color="black", linewidth=0.8)
+            right.set_xticks(range(len(rows)), labels, fontsize=7)
+            right.set_title("confirmation ratios (risky / safe), spread as bars", fontsize=8)
+            right.grid(axis="x", visible=False)
+        return _svg(fig)

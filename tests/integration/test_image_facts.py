@@ -1,0 +1,341 @@
+"""The real ext4_image_facts module, run by ansible, on real disk images made here: mkfs.ext4 -d from a
+folder, partition tables written by sfdisk (MBR with a separate /boot, GPT), a bare filesystem,
+qcow2 copies made by qemu-img, and images that must be refused with a clear error.
+
+The kernels in these images are files that carry a real x86 setup header (magic, boot protocol and
+the version-string pointer) and the version string of a Debian cloud kernel; the VM test
+(tests/vm/test_ami_precheck.py) reads real kernels. Nothing is mounted and no loop device is used."""
+
+import json
+import os
+import random
+import struct
+import subprocess
+
+import pytest
+
+from conftest import ROOT, VENV_BIN, ansible_playbook, load_json, run
+from ext4audit import catalog as catalog_mod, engine
+
+TOOLS = ["/usr/sbin/sfdisk", "/usr/bin/qemu-img", "/usr/sbin/mkfs.ext4", "/usr/sbin/debugfs"]
+MISSING = [tool for tool in TOOLS if not os.path.exists(tool)]
+pytestmark = pytest.mark.skipif(bool(MISSING), reason="needs %s: apt-get install fdisk qemu-utils e2fsprogs"
+                                % ", ".join(MISSING))
+
+MIB = 1024 * 1024
+K61 = ("6.1.0-28-cloud-amd64", "6.1.0-28-cloud-amd64 (debian-kernel@lists.debian.org) #1 SMP PREEMPT_DYNAMIC "
+       "Debian 6.1.119-1 (2024-11-22)")
+K612 = ("6.12.57+deb12-cloud-amd64", "6.12.57+deb12-cloud-amd64 (debian-kernel@lists.debian.org) #1 SMP "
+        "PREEMPT_DYNAMIC Debian 6.12.57-1~deb12u1 (2025-11-05)")
+ROOT_UUID = "0b7c1a52-5e2f-4d3c-9a10-6f1e2d3c4b5a"
+BOOT_UUID = "1c8d2b63-6f30-4e4d-8b21-7a2f3e4d5c6b"
+DATA_UUID = "2d9e3c74-7041-4f5e-9c32-8b304f5e6d7c"
+
+
+def write_kernel(path, version):
+    """A file with a bzImage setup header: 'HdrS' at 0x202, boot protocol 2.15, kernel_version at 0x20E
+    pointing at the NUL-terminated version string (0x200 further on), as the kernel's build writes it."""
+    data = bytearray(64 * 1024)
+    data[0x1FE:0x200] = b"\x55\xaa"
+    data[0x202:0x206] = b"HdrS"
+    struct.pack_into("<HH", data, 0x206, 0x020F, 0)
+    struct.pack_into("<H", data, 0x20E, 0x3000)
+    text = version.encode() + b"\0"
+    data[0x3200:0x3200 + len(text)] = text
+    with open(path, "wb") as handle:
+        handle.write(bytes(data))
+
+
+def make_tree(base, fstab, kernels=(K61,), boot_in_root=True, vmlinuz_link=None, extra=None):
+    """A root folder: etc/fstab, etc/os-release -> ../usr/lib/os-release, boot/ with kernels and initrds."""
+    tree = base
+    for folder in ("etc", "usr/lib", "boot"):
+        os.makedirs(os.path.join(tree, folder), exist_ok=True)
+    with open(os.path.join(tree, "etc", "fstab"), "w") as handle:
+        handle.write("# <file system> <mount point> <type> <options> <dump> <pass>\n" + fstab)
+    with open(os.path.join(tree, "usr", "lib", "os-release"), "w") as handle:
+        handle.write('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n')
+    os.symlink("../usr/lib/os-release", os.path.join(tree, "etc", "os-release"))
+    if boot_in_root:
+        make_boot(os.path.join(tree, "boot"), kernels)
+    if vmlinuz_link:
+        os.symlink(vmlinuz_link, os.path.join(tree, "vmlinuz"))
+    for name, content in (extra or {}).items():
+        with open(os.path.join(tree, name), "w") as handle:
+            handle.write(content)
+    return tree
+
+
+def make_boot(folder, kernels):
+    os.makedirs(folder, exist_ok=True)
+    for release, version in kernels:
+        write_kernel(os.path.join(folder, "vmlinuz-" + release), version)
+        with open(os.path.join(folder, "initrd.img-" + release), "wb") as handle:
+            handle.write(b"initramfs of " + release.encode() + b"\n" * 1000)
+
+
+def mkfs(path, tree, size, *args):
+    run(["mkfs.ext4", "-q", "-F", "-d", tree] + list(args) + [path, size])
+
+
+def partitioned(path, label, layout, filesystems):
+    """A disk image with an sfdisk-written table (layout: sfdisk script lines) and each filesystem
+    image copied in at its partition's offset."""
+    run(["truncate", "-s", "%d" % (sum(size for _, size in filesystems) + 8 * MIB), path])
+    script = "label: %s\n%s\n" % (label, "\n".join(layout))
+    subprocess.run(["sfdisk", "-q", path], input=script.encode(), check=True)
+    table = json.loads(run(["sfdisk", "--json", path]))["partitiontable"]
+    for part, (fs_image, _) in zip(table["partitions"], filesystems):
+        if fs_image:
+            run(["dd", "if=" + fs_image, "of=" + path, "bs=512", "seek=%d" % part["start"], "conv=notrunc,sparse",
+                 "status=none"])
+    return table
+
+
+def image_facts(tmp_path, **args):
+    """Run the module through ansible's ad-hoc mode (JSON arguments: paths are data)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    tree = tmp_path / "tree"
+    result = subprocess.run([os.path.join(VENV_BIN, "ansible"), "localhost", "-m", "ext4_image_facts", "-a",
+                             json.dumps(args), "--tree", str(tree)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = result.stdout.decode()
+    assert result.returncode == 0, out
+    with open(tree / "localhost") as handle:
+        result = json.load(handle)
+    assert result["changed"] is False and "exception" not in result, out
+    return result["ext4_image_facts"]
+
+
+def by_mountpoint(facts):
+    return dict((fs["mountpoint"], fs) for fs in facts["filesystems"])
+
+
+def reasons(facts):
+    return " | ".join("%s: %s" % (e["where"], e["reason"]) for e in facts["errors"])
+
+
+# ------------------------------------------------------------------------ images
+@pytest.fixture(scope="module")
+def mbr_image(tmp_path_factory):
+    """MBR: 1 = /boot (ext4, label 'boot'), 2 = / (ext4), extended 3 holding logical 5 = /data
+    (128-byte inodes). fstab names them by LABEL=, UUID= and device name; /vmlinuz points into /boot."""
+    base = tmp_path_factory.mktemp("mbr")
+    boot_tree = str(base / "boot-tree")
+    make_boot(boot_tree, [K61, K612])
+    root_tree = make_tree(str(base / "root-tree"), fstab=(
+        "UUID=%s / ext4 errors=remount-ro,nodelalloc 0 1\n"
+        "LABEL=boot /boot ext4 defaults,noatime 0 2\n"
+        "/dev/sda5 /data ext4 noatime,commit=60,nofail 0 2\n"
+        "server:/export /srv/nfs nfs4 rw,hard 0 0\n" % ROOT_UUID), boot_in_root=False,
+        vmlinuz_link="boot/vmlinuz-" + K612[0])
+    os.makedirs(os.path.join(root_tree, "data"))
+    data_tree = str(base / "data-tree")
+    os.makedirs(data_tree)
+    mkfs(str(base / "boot.fs"), boot_tree, "16M", "-L", "boot", "-U", BOOT_UUID)
+    mkfs(str(base / "root.fs"), root_tree, "24M", "-U", ROOT_UUID)
+    mkfs(str(base / "data.fs"), data_tree, "16M", "-I", "128", "-U", DATA_UUID)
+    disk = str(base / "disk.raw")
+    # Sectors: boot at 1 MiB, root at 17 MiB, the extended one at 41 MiB, /data (logical) at 42 MiB.
+    table = partitioned(disk, "dos", ["start=2048, size=16MiB, type=83", "start=34816, size=24MiB, type=83",
+                                      "start=83968, size=20MiB, type=5", "start=86016, size=16MiB, type=83"],
+                        [(str(base / "boot.fs"), 16 * MIB), (str(base / "root.fs"), 24 * MIB), (None, 0),
+                         (str(base / "data.fs"), 20 * MIB)])
+    return {"path": disk, "table": table, "base": base}
+
+
+def test_mbr_image_with_separate_boot(mbr_image, tmp_path):
+    facts = image_facts(tmp_path, image=mbr_image["path"])
+    assert facts["schema"] == "ext4-fleet-audit/facts/v1"
+    assert facts["errors"] == [], reasons(facts)
+    image = facts["image"]
+    assert image["format"] == "raw" and image["partition_table"] == "mbr"
+    assert image["disk_id"] == mbr_image["table"]["id"].replace("0x", "")
+    sfdisk_parts = dict((int(part["node"].rsplit("raw", 1)[1]), part) for part in mbr_image["table"]["partitions"])
+    assert sorted(sfdisk_parts) == [1, 2, 3, 5]
+    assert [part["number"] for part in image["partitions"]] == [1, 2, 5]  # 3 is the extended one holding 5
+    for part in image["partitions"]:
+        assert part["start"] == sfdisk_parts[part["number"]]["start"] * 512
+        assert part["size"] == sfdisk_parts[part["number"]]["size"] * 512
+    assert image["root"] == {"partition": 2, "uuid": ROOT_UUID, "label": None}
+
+    mounts = by_mountpoint(facts)
+    assert sorted(mounts) == ["/", "/boot", "/data"]
+    root, boot, data = mounts["/"], mounts["/boot"], mounts["/data"]
+    assert (root["device"], root["partition"], root["uuid"]) == ("UUID=" + ROOT_UUID, 2, ROOT_UUID)
+    assert (boot["device"], boot["partition"], boot["label"]) == ("LABEL=boot", 1, "boot")
+    assert (data["device"], data["partition"], data["uuid"]) == ("/dev/sda5", 5, DATA_UUID)
+    assert all(fs["options_source"] == "inferred" and fs["fstype"] == "ext4" for fs in mounts.values())
+    root_options = root["options"]
+    assert {"data=ordered", "nodelalloc", "errors=remount-ro", "auto_da_alloc", "commit=5"} <= set(root_options)
+    assert "commit=60" in data["options"] and data["superblock"]["inode_size"] == 128
+    assert root["fstab"]["line"] == 2 and root["fstab_drift"] == []
+    assert facts["netfs"] == [{"mountpoint": "/srv/nfs", "fstype": "nfs4", "source": "server:/export",
+                               "options": ["rw", "hard"]}]
+
+    # Kernels from the /boot partition; /vmlinuz (in root) points across the mount into it.
+    assert [k["release"] for k in image["kernels"]] == [K61[0], K612[0]]
+    assert image["boot_kernel"] == {"release": K612[0], "why": "the target of /vmlinuz"}
+    kernel = facts["kernel"]
+    assert kernel["release"] == K612[0] and kernel["vendor"] == "debian" and kernel["upstream"] == "6.12.57"
+    assert kernel["proc_version"] == "Linux version " + K612[1] and kernel["page_size"] == 4096
+    assert kernel["os_release"]["ID"] == "debian"  # through the relative os-release symlink
+
+    # The same rules as for a running host: the 128-byte inodes of /data are found.
+    findings, undetermined, _ = engine.evaluate_host(facts, catalog_mod.load(os.path.join(ROOT, "rules")))
+    assert ("EXT4_INODE_128", "/data") in [(f["rule"], f["mountpoint"]) for f in findings]
+    assert not [f for f in findings if f["rule"] == "EXT4_INODE_128" and f["mountpoint"] != "/data"]
+
+
+def test_qcow2_copy_gives_the_same_facts_and_leaves_no_raw_copy(mbr_image, tmp_path):
+    qcow2 = str(tmp_path / "disk.qcow2")
+    run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", mbr_image["path"], qcow2])
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    raw = image_facts(tmp_path / "a", image=mbr_image["path"])
+    converted = image_facts(tmp_path / "b", image=qcow2, tmp_dir=str(scratch))
+    assert converted["errors"] == [], reasons(converted)
+    assert converted["image"]["format"] == "qcow2"
+    for key in ("kernel", "filesystems", "netfs"):
+        assert converted[key] == raw[key], key
+    assert os.listdir(scratch) == []  # the temporary raw copy is gone
+
+
+def test_gpt_image_by_partuuid_and_partlabel_and_grub(tmp_path):
+    tree = make_tree(str(tmp_path / "root-tree"), fstab="", kernels=[K61, K612], extra={})
+    os.makedirs(os.path.join(tree, "boot", "grub"))
+    with open(os.path.join(tree, "boot", "grub", "grub.cfg"), "w") as handle:
+        handle.write("menuentry 'Debian, with Linux %s' {\n\tlinux\t/boot/vmlinuz-%s root=UUID=%s ro quiet\n}\n"
+                     % (K61[0], K61[0], ROOT_UUID))
+    data_tree = str(tmp_path / "data-tree")
+    os.makedirs(data_tree)
+    mkfs(str(tmp_path / "data.fs"), data_tree, "16M", "-U", DATA_UUID, "-O", "^has_journal")
+    disk = str(tmp_path / "disk.raw")
+    layout = ["start=2048, size=4MiB, type=C12A7328-F81F-11D2-BA4B-00A0C93EC93B, name=EFI",
+              "size=24MiB, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=root",
+              "size=16MiB, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, name=data"]
+    # sfdisk picks the partition GUIDs; fstab names root by PARTUUID and data by PARTLABEL.
+    run(["truncate", "-s", "%d" % (48 * MIB), disk])
+    subprocess.run(["sfdisk", "-q", disk], input=("label: gpt\n" + "\n".join(layout) + "\n").encode(), check=True)
+    table = json.loads(run(["sfdisk", "--json", disk]))["partitiontable"]
+    root_partuuid = table["partitions"][1]["uuid"]
+    with open(os.path.join(tree, "etc", "fstab"), "a") as handle:
+        handle.write("PARTUUID=%s / ext4 defaults 0 1\nPARTLABEL=data /srv ext4 nobarrier 0 2\n" % root_partuuid.lower())
+    mkfs(str(tmp_path / "root.fs"), tree, "24M", "-U", ROOT_UUID)
+    for part, fs_image in zip(table["partitions"][1:], ["root.fs", "data.fs"]):
+        run(["dd", "if=%s" % (tmp_path / fs_image), "of=" + disk, "bs=512", "seek=%d" % part["start"],
+             "conv=notrunc,sparse", "status=none"])
+
+    facts = image_facts(tmp_path, image=disk)
+    assert facts["errors"] == [], reasons(facts)
+    image = facts["image"]
+    assert image["partition_table"] == "gpt" and image["disk_id"] == table["id"].lower()
+    assert [(p["number"], p["type_name"], p["name"], p["partuuid"]) for p in image["partitions"]] == \
+        [(i + 1, kind, name, part["uuid"].lower()) for i, (part, kind, name) in
+         enumerate(zip(table["partitions"], ["efi-system", "linux", "linux"], ["EFI", "root", "data"]))]
+    assert image["partitions"][0]["fs"] is None  # not ext: listed, not read
+    mounts = by_mountpoint(facts)
+    assert mounts["/"]["partition"] == 2 and mounts["/srv"]["partition"] == 3
+    assert "nobarrier" in mounts["/srv"]["options"] and "data=ordered" not in mounts["/srv"]["options"]
+    assert image["boot_kernel"] == {"release": K61[0], "why": "the first entry of /boot/grub/grub.cfg"}
+    findings, _, _ = engine.evaluate_host(facts, catalog_mod.load(os.path.join(ROOT, "rules")))
+    assert ("EXT4_NO_JOURNAL", "/srv") in [(f["rule"], f["mountpoint"]) for f in findings]
+
+
+@pytest.fixture
+def bare_image(tmp_path):
+    tree = make_tree(str(tmp_path / "tree"), fstab="/dev/vda / ext4 errors=remount-ro 0 1\n",
+                     kernels=[K61, K612], vmlinuz_link="boot/vmlinuz-" + K61[0])
+    disk = str(tmp_path / "bare.raw")
+    mkfs(disk, tree, "32M", "-U", ROOT_UUID)
+    return {"path": disk, "tree": tree}
+
+
+def test_bare_filesystem_and_boot_files(bare_image, tmp_path):
+    out = tmp_path / "boot-files"
+    out.mkdir()
+    facts = image_facts(tmp_path, image=bare_image["path"], boot_files_dir=str(out))
+    assert facts["errors"] == [], reasons(facts)
+    assert facts["image"]["partition_table"] == "none"
+    assert by_mountpoint(facts)["/"]["device"] == "/dev/vda"
+    assert facts["image"]["boot_kernel"]["release"] == K61[0]  # the /vmlinuz link, not the highest version
+    files = facts["image"]["boot_files"]
+    assert files == {"kernel": str(out / "vmlinuz"), "initrd": str(out / "initrd.img"),
+                     "root": "UUID=" + ROOT_UUID, "release": K61[0]}
+    for name, source in (("vmlinuz", "vmlinuz-"), ("initrd.img", "initrd.img-")):
+        with open(out / name, "rb") as got, open(os.path.join(bare_image["tree"], "boot", source + K61[0]), "rb") as want:
+            assert got.read() == want.read()
+    chosen = image_facts(tmp_path / "again", image=bare_image["path"], boot_kernel=K612[0])
+    assert chosen["image"]["boot_kernel"] == {"release": K612[0], "why": "chosen (boot_kernel)"}
+    missing = image_facts(tmp_path / "missing", image=bare_image["path"], boot_kernel="9.9.9")
+    assert "boot_kernel '9.9.9' is not in the image" in reasons(missing) and missing["kernel"] is None
+
+
+def test_hostile_names_are_refused_and_nothing_is_written(tmp_path):
+    """A symlink whose target reads like a debugfs request, and a kernel whose name has one in it:
+    both refused, and neither 'dump' ever runs."""
+    victim = tmp_path / "written-by-debugfs"
+    tree = make_tree(str(tmp_path / "tree"), fstab="/dev/vda / ext4 defaults 0 1\n", kernels=[K61],
+                     vmlinuz_link="boot/vmlinuz-1 %s %s" % ("/etc/fstab", victim))
+    write_kernel(os.path.join(tree, "boot", "vmlinuz-6.1.0-1 dump fstab written-by-debugfs"), K612[1])
+    os.symlink("/" + "a" * 90 + " dump /etc/fstab " + str(victim), os.path.join(tree, "boot", "vmlinuz"))  # a slow symlink
+    disk = str(tmp_path / "hostile.raw")
+    mkfs(disk, tree, "32M")
+    out = tmp_path / "boot-files"
+    out.mkdir()
+    facts = image_facts(tmp_path, image=disk, boot_files_dir=str(out))
+    text = reasons(facts)
+    assert "refused symlink /vmlinuz -> 'boot/vmlinuz-1 /etc/fstab %s'" % victim in text, text
+    assert "refused symlink /boot/vmlinuz -> '/%s dump" % ("a" * 90) in text, text
+    assert "refused in-image path '/boot/vmlinuz-6.1.0-1 dump fstab written-by-debugfs'" in text, text
+    assert not victim.exists()
+    # The plain kernel is still read, and chosen as the highest version since the links were refused.
+    assert [k["release"] for k in facts["image"]["kernels"]] == [K61[0]]
+    assert facts["image"]["boot_kernel"]["why"].startswith("the highest version")
+    assert sorted(os.listdir(out)) == ["initrd.img", "vmlinuz"]
+
+
+def write_bytes(data):
+    def make(path):
+        with open(path, "wb") as handle:
+            handle.write(data)
+    return make
+
+
+@pytest.mark.parametrize("make, message", [
+    (write_bytes(b""), "is empty"),
+    (write_bytes(random.Random(4).randbytes(4 * MIB)), "no partition table"),
+    (lambda path: None, "cannot read"),
+    (os.mkdir, "is not a regular file"),
+])
+def test_unreadable_images_give_one_clear_error(tmp_path, make, message):
+    path = str(tmp_path / "image.raw")
+    make(path)
+    facts = image_facts(tmp_path, image=path)
+    assert len(facts["errors"]) == 1 and facts["errors"][0]["where"] == "image", facts["errors"]
+    assert message in facts["errors"][0]["reason"]
+    assert facts["filesystems"] == [] and facts["kernel"] is None and facts["image"]["root"] is None
+
+
+def test_qcow2_with_a_backing_file_is_refused(bare_image, tmp_path):
+    overlay = str(tmp_path / "overlay.qcow2")
+    run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", bare_image["path"], overlay])
+    facts = image_facts(tmp_path, image=overlay)
+    assert "qcow2 image refers to another file (%s): refused" % bare_image["path"] in reasons(facts)
+    assert facts["filesystems"] == []
+    wrong = image_facts(tmp_path / "wrong", image=bare_image["path"], format="qcow2")
+    assert "was given as qcow2 but is raw" in reasons(wrong)
+
+
+def test_offline_precheck_playbook(mbr_image, tmp_path):
+    """playbooks/ami_precheck.yml without the boot: the offline host's report, rules and verdict."""
+    reports = tmp_path / "reports"
+    rc, out = ansible_playbook("playbooks/ami_precheck.yml", "-e", json.dumps({
+        "image": mbr_image["path"], "ami_precheck_boot": False, "ext4_audit_reports_dir": str(reports),
+        "ami_precheck_name": "golden"}))
+    summary = load_json(str(reports / "latest" / "summary.json"))
+    assert (rc == 0) == (summary["verdict"] == "pass"), (rc, summary["verdict"], out[-3000:])
+    report = load_json(str(reports / "latest" / "hosts" / "golden-offline.json"))
+    assert report["status"] == "audited" and report["kernel"]["release"] == K612[0]
+    assert ("EXT4_INODE_128", "/data") in [(f["rule"], f["mountpoint"]) for f in report["findings"]]
+    assert [h["host"] for h in summary["hosts"]] == ["golden-offline"], summary["hosts"]

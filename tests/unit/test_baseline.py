@@ -1,0 +1,238 @@
+"""Baselines: the diff against an earlier run, fail_on_new, broken baselines, and the terminal output."""
+
+import copy
+import json
+import os
+
+import pytest
+
+from ext4audit import baseline, reports
+from test_reports import HOSTILE, NOW, cli, write_run
+from test_rules import facts, with_options
+
+
+def host_facts(*mounts):
+    """Facts of one host with an ext4 filesystem per (mountpoint, options) pair, each on a device
+    with a volatile write cache (so nobarrier is high)."""
+    tree = facts(queue={"write_cache": "write back", "rotational": 0})
+    tree["schema"] = "ext4-fleet-audit/facts/v1"
+    template = tree["filesystems"][0]
+    tree["filesystems"] = []
+    for number, (mountpoint, options) in enumerate(mounts):
+        fs = copy.deepcopy(template)
+        fs.update(device="/dev/loop%d" % number, mountpoint=mountpoint, options=options)
+        tree["filesystems"].append(fs)
+    return tree
+
+
+def record(host, *mounts, status="audited"):
+    if status != "audited":
+        return {"host": host, "groups": [], "status": status, "reason": "ssh: connection refused"}
+    return {"host": host, "groups": [], "status": "audited", "facts": host_facts(*mounts)}
+
+
+DEFAULTS = with_options()
+NOBARRIER = with_options("nobarrier")          # EXT4_NOBARRIER: high
+NODELALLOC = with_options("nodelalloc")        # EXT4_DIOREAD_NOLOCK_NODELALLOC: low
+
+
+def make_run(tmp_path, name, records):
+    path = str(tmp_path / "reports" / name)
+    write_run(path, records)
+    return path
+
+
+def keys(entries):
+    return sorted((e["host"], e["rule"], e["mountpoint"]) for e in entries)
+
+
+# ------------------------------------------------------------------ the diff itself
+def host_report(host, findings, status="audited"):
+    return {"host": host, "status": status, "findings": [dict(f) for f in findings]}
+
+
+def finding(rule, severity, mountpoint="/data", device="/dev/loop0", waived=False):
+    return {"rule": rule, "severity": severity, "mountpoint": mountpoint, "device": device, "waived": waived}
+
+
+def base_of(hosts):
+    """A Baseline as load() makes it, from {host: (status, [findings])}."""
+    return baseline.Baseline("run-0", "/nowhere", dict(
+        (host, {"status": status, "findings": dict((baseline.identity(host, f), f["severity"]) for f in found)})
+        for host, (status, found) in hosts.items()))
+
+
+def test_compare_new_resolved_persisting_and_hosts():
+    base = base_of({
+        "a": ("audited", [finding("R1", "high"), finding("R2", "low"), finding("R3", "medium", "/x", "/dev/loop1"),
+                          finding("R4", "medium")]),
+        "gone": ("audited", [finding("R1", "high")]),
+        "down-now": ("audited", [finding("R1", "high")]),
+        "down-before": ("unreachable", []),
+    })
+    current = [
+        host_report("a", [finding("R1", "high"),                      # persisting
+                          finding("R2", "medium"),                    # worse: new
+                          finding("R3", "medium", "/y", "/dev/loop1"),  # other mount point: new (and /x resolved)
+                          finding("R4", "low"),                       # better: persisting
+                          finding("R5", "info", waived=True)]),       # new, waived
+        host_report("added", [finding("R1", "high")]),
+        host_report("down-now", [], status="unreachable"),
+        host_report("down-before", [finding("R1", "high")]),
+    ]
+    diff = baseline.compare(current, base)
+    why = dict(((e["host"], e["rule"]), e["why"]) for e in diff["new"])
+    assert why == {("a", "R2"): "worsened", ("a", "R3"): "new", ("a", "R5"): "new", ("added", "R1"): "host_added",
+                   ("down-before", "R1"): "not_audited_in_baseline"}
+    assert [e["was"] for e in diff["new"] if e["why"] == "worsened"] == ["low"]
+    assert [e["waived"] for e in diff["new"] if e["rule"] == "R5"] == [True]
+    # The unreachable host resolves nothing; the removed host is listed, not matched to the added one.
+    assert keys(diff["resolved"]) == [("a", "R3", "/x")]
+    assert diff["persisting"] == 2
+    assert diff["hosts_added"] == ["added"] and diff["hosts_removed"] == ["gone"]
+    assert [h["host"] for h in diff["hosts_not_compared"]] == ["down-now"]
+    marks = dict((f["rule"], f["baseline"]) for f in current[0]["findings"])
+    assert marks == {"R1": "persisting", "R2": "new", "R3": "new", "R4": "persisting", "R5": "new"}
+
+
+def test_fail_on_new_counts_only_new_failing_findings():
+    old_high = dict(finding("R1", "high"), waived=False, baseline="persisting")
+    new_low = dict(finding("R2", "low"), baseline="new")
+    new_high_waived = dict(finding("R3", "critical", waived=True), baseline="new")
+    hosts = [host_report("a", [old_high, new_low, new_high_waived])]
+    assert reports.verdict(hosts, "high", True)[0] == "fail"
+    assert reports.verdict(hosts, "high", True, fail_on_new=True) == (
+        "pass", "no unwaived new finding at or above high on 1 host(s)")
+    hosts[0]["findings"].append(dict(finding("R4", "high", "/z"), baseline="new"))
+    assert reports.verdict(hosts, "high", True, fail_on_new=True)[0] == "fail"
+
+
+# ------------------------------------------------------------------ loading a baseline
+@pytest.fixture
+def two_runs(tmp_path):
+    """run-1: host a with nobarrier on /data (high) and defaults on /srv; host b. run-2: /srv got
+    nodelalloc (one new low finding), b is gone, c is new."""
+    first = make_run(tmp_path, "run-1", [record("a", ("/data", NOBARRIER), ("/srv", DEFAULTS)),
+                                         record("b", ("/data", DEFAULTS))])
+    rc, out, err = cli("report", first)
+    assert rc == 1, (out, err)
+    second = make_run(tmp_path, "run-2", [record("a", ("/data", NOBARRIER), ("/srv", NODELALLOC)),
+                                          record("c", ("/data", DEFAULTS))])
+    return first, second
+
+
+def test_report_with_a_baseline(two_runs):
+    first, second = two_runs
+    rc, out, err = cli("report", second, "--baseline", first, "--fail-on-new", "true")
+    # The nobarrier finding (high) persists; what is new is low or info: fail_on_new passes.
+    assert rc == 0, (out, err)
+    summary = json.load(open(os.path.join(second, "summary.json")))
+    assert summary["verdict"] == "pass" and summary["policy"]["fail_on_new"] is True
+    assert summary["reason"].startswith("no unwaived new finding at or above high on 2 host(s); since baseline run-1")
+    diff = summary["baseline"]
+    assert set(diff) >= {"run_id", "new", "resolved", "persisting", "hosts_added", "hosts_removed"}
+    assert diff["run_id"] == "run-1" and diff["hosts_added"] == ["c"] and diff["hosts_removed"] == ["b"]
+    news = dict(((e["host"], e["rule"], e["mountpoint"]), e["why"]) for e in diff["new"])
+    assert [k for k in news if k[0] == "a"] == [("a", "EXT4_DIOREAD_NOLOCK_NODELALLOC", "/srv")]
+    assert news[("a", "EXT4_DIOREAD_NOLOCK_NODELALLOC", "/srv")] == "new"
+    assert sorted(k[1] for k in news if k[0] == "c") == ["EXT4_AUTO_DA_ALLOC_RENAME", "EXT4_ERRORS_CONTINUE"]
+    assert all(why == "host_added" for (host, _, _), why in news.items() if host == "c")
+    # nodelalloc turned delalloc off on /srv: its rename finding is resolved; host b's are not
+    # "resolved" (b is gone, not fixed).
+    assert keys(diff["resolved"]) == [("a", "EXT4_AUTO_DA_ALLOC_RENAME", "/srv")]
+    assert diff["persisting"] == 4  # /data: nobarrier, rename, errors=continue; /srv: errors=continue
+    lines = out.splitlines()
+    assert lines[-1].startswith("verdict: pass: ")
+    assert "since baseline run-1: 3 new, 1 resolved, 4 persisting; hosts added: c; hosts removed: b" in lines
+    markdown = open(os.path.join(second, "summary.md")).read()
+    assert "### Since baseline run\\-1" in markdown and "| new host | c | EXT4\\_ERRORS\\_CONTINUE | info | /data |" in markdown
+    assert "Hosts removed (1): b" in markdown and "| resolved | a | EXT4\\_AUTO\\_DA\\_ALLOC\\_RENAME | info | /srv |" in markdown
+    host_a = json.load(open(os.path.join(second, "hosts", "a.json")))
+    marks = dict((f["mountpoint"] + " " + f["rule"], f["baseline"]) for f in host_a["findings"])
+    assert marks["/data EXT4_NOBARRIER"] == "persisting" and marks["/srv EXT4_DIOREAD_NOLOCK_NODELALLOC"] == "new"
+    assert cli("gate", second)[0] == 1  # without fail_on_new the old high finding fails the gate
+
+
+def test_fail_on_new_fails_on_a_new_or_worse_finding(tmp_path):
+    first = make_run(tmp_path, "run-1", [record("a", ("/data", NOBARRIER), ("/srv", DEFAULTS))])
+    assert cli("report", first)[0] == 1
+    second = make_run(tmp_path, "run-2", [record("a", ("/data", NOBARRIER), ("/srv", NOBARRIER))])
+    rc, out, err = cli("report", second, "--baseline", first, "--fail-on-new", "true")
+    assert rc == 1, (out, err)
+    assert out.splitlines()[-1].startswith(
+        "verdict: fail: 1 new finding(s) at or above high on 1 host(s), e.g. EXT4_NOBARRIER high on a")
+    assert "  new: a EXT4_NOBARRIER high on /srv" in out
+    # The gate re-evaluates offline against the same baseline, or with another policy.
+    assert cli("gate", second, "--baseline", first, "--fail-on-new", "true")[0] == 1
+    assert cli("gate", second, "--baseline", first, "--fail-on-new", "true", "--fail-on", "critical")[0] == 0
+
+
+def snapshot(folder):
+    result = {}
+    for base, dirs, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(base, name)
+            result[path] = open(path, "rb").read()
+    return result
+
+
+def break_json(path):
+    text = open(path).read()
+    open(path, "w").write(text[:len(text) // 2])
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda run: os.unlink(os.path.join(run, "summary.json")), "baseline summary not found"),
+    (lambda run: break_json(os.path.join(run, "summary.json")), "is not valid JSON"),
+    (lambda run: break_json(os.path.join(run, "hosts", "a.json")), "is not valid JSON"),
+    (lambda run: os.unlink(os.path.join(run, "hosts", "b.json")), "is incomplete: summary.json lists 2 host(s), hosts/ has 1"),
+    (lambda run: json.dump({"schema": "something/else"}, open(os.path.join(run, "summary.json"), "w")),
+     "is not a ext4-fleet-audit/summary/v1 document"),
+    (lambda run: json.dump({"schema": reports.HOST_SCHEMA, "host": "a", "status": "audited",
+                            "findings": [{"rule": "R", "severity": "dreadful"}]},
+                           open(os.path.join(run, "hosts", "a.json"), "w")), "finding #1 has no valid"),
+    (lambda run: json.dump([], open(os.path.join(run, "hosts", "a.json"), "w")), "is not a ext4-fleet-audit/host-report/v1"),
+])
+def test_a_broken_baseline_is_an_error_and_nothing_is_written(two_runs, damage, message):
+    first, second = two_runs
+    damage(first)
+    latest = os.path.join(os.path.dirname(first), "latest")
+    before, link = snapshot(second), os.readlink(latest)
+    rc, out, err = cli("report", second, "--baseline", first)
+    assert rc == 2 and err.startswith("error: baseline") and message in err, (rc, out, err)
+    assert snapshot(second) == before and os.readlink(latest) == link  # nothing written, latest not moved
+    rc, out, err = cli("gate", second, "--baseline", first)
+    assert rc == 2 and message in err
+
+
+def test_missing_baseline_or_none_with_fail_on_new(two_runs, tmp_path):
+    first, second = two_runs
+    rc, _, err = cli("report", second, "--baseline", str(tmp_path / "nope"))
+    assert rc == 2 and "baseline %s: not found" % (tmp_path / "nope") in err
+    rc, _, err = cli("report", second, "--fail-on-new", "true")
+    assert rc == 2 and "--fail-on-new true needs --baseline" in err
+    rc, _, err = cli("gate", first, "--baseline", os.path.join(os.path.dirname(first), "latest"))
+    assert rc == 2 and "is the run itself" in err
+    assert not os.path.exists(os.path.join(second, "summary.json"))
+
+
+# ------------------------------------------------------------------ the terminal
+def test_terminal_table_is_short_escaped_and_ends_with_the_verdict():
+    hosts = [{"host": "h%03d" % n, "status": "audited", "worst": "low", "findings": 1, "failing": 0, "waived": 0,
+              "probe": None, "new": None} for n in range(40)]
+    hosts[30].update(worst="critical", findings=3, failing=2, waived=1, probe="ran", new=1)
+    hosts.append({"host": "evil\n\x1b[31mhost", "status": "unreachable", "worst": None, "findings": 0, "failing": 0,
+                  "waived": 0, "probe": None, "new": None})
+    diff = {"run_id": "run-0", "new": [{"host": "h030", "rule": "R", "severity": "critical", "mountpoint": HOSTILE,
+                                        "device": "/dev/x", "why": "new"}],
+            "resolved": [], "persisting": 5, "hosts_added": ["evil\n\x1b[31mhost"], "hosts_removed": []}
+    text = reports.terminal_table({"hosts": hosts, "verdict": "incomplete", "reason": "1 host(s) not audited (x\ny)",
+                                   "baseline": diff}, limit=10)
+    lines = text.splitlines()
+    assert lines[0].split() == ["host", "worst", "findings", "probe"]
+    assert lines[1].startswith("evil\\n\\x1b[31mhost  not audited: unreachable")  # not audited first
+    assert lines[2].split()[:3] == ["h030", "critical", "3"] and "(2 failing, 1 new, 1 waived)" in lines[2]
+    assert lines[11] == "... 31 more host(s) (all in summary.md)"
+    assert lines[12].startswith("since baseline run-0: 1 new, 0 resolved, 5 persisting; hosts added: evil\\n")
+    assert lines[-1] == "verdict: incomplete: 1 host(s) not audited (x\\ny)"
+    assert "\x1b" not in text and len(lines) == 15

@@ -1,0 +1,97 @@
+"""ext4audit.prom: parsed back with prometheus_client's text-format parser; hostile names round-trip."""
+
+import calendar
+import json
+import os
+import time
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from ext4audit import prometheus, reports
+from test_baseline import NOBARRIER, NODELALLOC, make_run, record
+from test_reports import HOSTILE, NOW, cli
+
+EVIL = 'we"b\\01\nx{y="z"} 1'  # a quote, a backslash, a newline and text that looks like a sample
+
+
+def samples(text):
+    """{(metric, frozenset(labels)): value}, every sample once."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            key = (sample.name, frozenset(sample.labels.items()))
+            assert key not in found, "duplicate sample %s" % (key,)
+            found[key] = sample.value
+    return found
+
+
+def labels(**pairs):
+    return frozenset(pairs.items())
+
+
+def test_prom_file_from_a_real_report(tmp_path):
+    waivers = tmp_path / "waivers.yml"
+    waivers.write_text("waivers:\n  - rule: EXT4_NOBARRIER\n    hosts: [quiet]\n    justification: battery-backed cache\n"
+                       "    approver: storage-team\n    expires: 2099-01-01\n")
+    run = make_run(tmp_path, "run-1", [record(EVIL, (HOSTILE, NOBARRIER), ("/srv", NOBARRIER), ("/x", NODELALLOC)),
+                                       record("quiet", ("/data", NOBARRIER)),
+                                       record("gone", status="unreachable")])
+    rc, out, err = cli("report", run, "--waivers", str(waivers))
+    assert rc == 2, (out, err)
+    text = open(os.path.join(run, "ext4audit.prom"), encoding="utf-8").read()
+    got = samples(text)
+    summary = json.load(open(os.path.join(run, "summary.json")))
+
+    # Findings by host, rule and severity: the hostile host name comes back exactly.
+    assert got[("ext4audit_findings", labels(host=EVIL, rule="EXT4_NOBARRIER", severity="high"))] == 2
+    assert got[("ext4audit_findings", labels(host=EVIL, rule="EXT4_DIOREAD_NOLOCK_NODELALLOC", severity="low"))] == 1
+    assert ("ext4audit_findings", labels(host="quiet", rule="EXT4_NOBARRIER", severity="high")) not in got
+    assert got[("ext4audit_waived_findings", labels(host="quiet", rule="EXT4_NOBARRIER", severity="high"))] == 1
+    # Every unwaived finding is counted once.
+    total = sum(v for (name, _), v in got.items() if name == "ext4audit_findings")
+    assert total == sum(summary["counts"]["by_severity"].values())
+    assert got[("ext4audit_host_audited", labels(host="gone"))] == 0
+    assert got[("ext4audit_host_audited", labels(host=EVIL))] == 1
+    assert [k[1] for k, v in got.items() if k[0] == "ext4audit_verdict" and v == 1] == [labels(verdict="incomplete")]
+    stamp = calendar.timegm(time.strptime(summary["generated_at"], "%Y-%m-%dT%H:%M:%SZ"))
+    assert got[("ext4audit_last_run_timestamp_seconds", frozenset())] == stamp
+    assert "ext4audit_baseline_findings" not in text  # no baseline given
+
+
+def probe_section(status, dspan=None, runs=256):
+    sweep = {"runs_completed": runs, "runs_planned": 256, "dspan": dspan} if dspan is not None else None
+    return {"status": status, "reason": None, "sweep": sweep, "confirmations": [], "errors": []}
+
+
+def test_probe_quantiles_status_and_baseline():
+    hosts = [
+        {"host": EVIL, "status": "audited", "findings": [], "probe": probe_section(
+            "ran", {"p50": 1048576, "p90": 3.5e6, "p99": 123456789})},
+        {"host": "short", "status": "audited", "findings": [], "probe": probe_section("partial", {"p50": None}, runs=0)},
+        {"host": "noprobe", "status": "audited", "findings": []},
+    ]
+    summary = reports.summarize(hosts, "run-9", "high", True, NOW,
+                                baseline={"run_id": "run-8", "new": [{}], "resolved": [{}, {}], "persisting": 7,
+                                          "hosts_added": [], "hosts_removed": []})
+    got = samples(prometheus.text(summary, hosts))
+    assert got[("ext4audit_probe_dspan_bytes", labels(host=EVIL, quantile="0.5"))] == 1048576
+    assert got[("ext4audit_probe_dspan_bytes", labels(host=EVIL, quantile="0.9"))] == 3.5e6
+    assert got[("ext4audit_probe_dspan_bytes", labels(host=EVIL, quantile="0.99"))] == 123456789
+    assert not [k for k in got if k[0] == "ext4audit_probe_dspan_bytes" and dict(k[1])["host"] != EVIL]
+    assert got[("ext4audit_probe_status", labels(host=EVIL, status="ran"))] == 1
+    assert got[("ext4audit_probe_status", labels(host="short", status="partial"))] == 1
+    assert not [k for k in got if k[0] == "ext4audit_probe_status" and dict(k[1])["host"] == "noprobe"]
+    assert got[("ext4audit_last_run_timestamp_seconds", frozenset())] == NOW.timestamp()
+    assert got[("ext4audit_verdict", labels(verdict="pass"))] == 1
+    assert [got[("ext4audit_baseline_findings", labels(change=c))] for c in ("new", "resolved", "persisting")] == [1, 2, 7]
+
+
+def test_label_values_round_trip():
+    names = [EVIL, "back\\slash", 'quote"', "new\nline", "tab\tand unicode \u00e9\u4e2d", "lone \udcff surrogate"]
+    hosts = [{"host": name, "status": "audited", "findings": [
+        {"rule": "EXT4_NOBARRIER", "severity": "high", "waived": False, "mountpoint": "/", "device": "/dev/a"}]}
+        for name in names]
+    summary = reports.summarize(hosts, "run-9", "high", True, NOW)
+    got = samples(prometheus.text(summary, hosts))
+    back = sorted(dict(k[1])["host"] for k in got if k[0] == "ext4audit_findings")
+    assert back == sorted(names[:-1] + ["lone \\udcff surrogate"])
