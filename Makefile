@@ -8,7 +8,7 @@ APT_PACKAGES := e2fsprogs util-linux openssh-server sshfs
 APT_COMMANDS := dumpe2fs debugfs losetup /usr/sbin/sshd sshfs
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: setup deps vm-deps lint-deps test-deps audit test lint rules clean molecule fleet-up fleet-down vm-up vm-audit vm-down
+.PHONY: setup deps vm-deps lint-deps test-deps cloud-deps audit test lint rules clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate
 setup: deps $(VENV)/.installed
 
 # Debian packages the audit and the tests use; installed only when a tool is missing.
@@ -38,7 +38,8 @@ vm-deps:
 # Lint tools outside the venv (`make lint`, tests/unit/test_workflows.py): shellcheck (actionlint
 # checks run: scripts with it) and actionlint, built with Go into the venv (the PyPI wrapper
 # downloads a binary at build time, which fails here). actionlint 1.7.12 needs Go >= 1.25; Debian
-# 12's golang-go is 1.19, so with no Go toolchain the build is skipped with a message.
+# 12's golang-go is 1.19, so with no Go toolchain the build is skipped with a message. Go's caches
+# go to .cache/go (no dependence on $HOME; removable: -modcacherw).
 ACTIONLINT_VERSION := 1.7.12
 ACTIONLINT_GO_MIN := 1.25
 GO ?= $(firstword $(shell command -v go) $(wildcard /usr/local/go/bin/go))
@@ -57,7 +58,8 @@ lint-deps: setup
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends golang-go && go=/usr/bin/go; \
 	fi; \
 	echo "building actionlint $(ACTIONLINT_VERSION) with $$go"; \
-	GOBIN=$(CURDIR)/$(VENV)/bin "$$go" install github.com/rhysd/actionlint/cmd/actionlint@v$(ACTIONLINT_VERSION)
+	GOBIN=$(CURDIR)/$(VENV)/bin GOPATH=$(CURDIR)/.cache/go GOCACHE=$(CURDIR)/.cache/go/build GOFLAGS=-modcacherw \
+	  "$$go" install github.com/rhysd/actionlint/cmd/actionlint@v$(ACTIONLINT_VERSION)
 
 # Debian packages only the tests use, installed when one of their commands is missing (a new
 # package goes in the first list, a command it installs in the second). chromium, chromium-driver:
@@ -68,6 +70,13 @@ test-deps: lint-deps
 	@for c in $(TEST_APT_COMMANDS); do command -v $$c >/dev/null || missing=1; done; \
 	if [ -n "$$missing" ]; then echo "installing $(TEST_APT_PACKAGES)"; apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(TEST_APT_PACKAGES); fi
+
+# The AMI path of the image pre-rollout check (playbooks/ami_precheck_cloud.yml; never run here):
+# boto3 into the venv and the amazon.aws collection of requirements.yml. Not part of `make test`.
+BOTO3_VERSION := 1.44.5
+cloud-deps: setup
+	$(VENV)/bin/pip install -q --disable-pip-version-check boto3==$(BOTO3_VERSION)
+	$(VENV)/bin/ansible-galaxy collection install -r requirements.yml
 
 # Unit tests, then the integration tests (root: loop devices and real ansible-playbook runs).
 test: setup vm-deps test-deps
@@ -99,6 +108,15 @@ vm-audit: setup
 	$(VENV)/bin/ansible-playbook -i .cache/testhosts/vm/run/inventory playbooks/audit.yml -e ext4_audit_become=false $(ARGS)
 vm-down: setup
 	$(VENV)/bin/ansible-playbook playbooks/testhosts/vm_down.yml $(ARGS)
+
+# The kernel-upgrade gate on two VMs booting the kernels pinned in testhosts/vm/kernels.yml
+# (ports 2241, 2242); the VMs always go down after. Exit 0 only when the gate passed.
+# More gate or probe options go after the pins, e.g. KERNEL_GATE_ARGS="-e chopper_probe_runs=128".
+KERNEL_GATE_VMS := $(CURDIR)/.cache/testhosts/vm/run-kernel-gate
+vm-kernel-gate: setup vm-deps
+	$(VENV)/bin/ansible-playbook playbooks/testhosts/vm_up.yml -e @testhosts/vm/kernels.yml -e vm_run_dir=$(KERNEL_GATE_VMS) && \
+	  $(VENV)/bin/ansible-playbook -i $(KERNEL_GATE_VMS)/inventory playbooks/kernel_gate.yml -e @testhosts/vm/kernels.yml $(KERNEL_GATE_ARGS); \
+	rc=$$?; $(VENV)/bin/ansible-playbook playbooks/testhosts/vm_down.yml -e vm_run_dir=$(KERNEL_GATE_VMS) || rc=1; exit $$rc
 
 rules: setup
 	$(VENV)/bin/python -m ext4audit rules

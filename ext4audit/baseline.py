@@ -62,7 +62,8 @@ def load(path, run_dir=None):
         raise reports.ReportError("baseline %s is incomplete: summary.json lists %d host(s), hosts/ has %d%s%s" % (
             path, len(wanted), len(hosts), "; no report for %s" % _names(missing) if missing else "",
             "; not in the summary: %s" % _names(extra) if extra else ""))
-    return Baseline(str(summary.get("run_id") or os.path.basename(os.path.normpath(path))), path, hosts)
+    # The real folder: reports/latest moves on.
+    return Baseline(str(summary.get("run_id") or os.path.basename(os.path.normpath(path))), os.path.realpath(path), hosts)
 
 
 def _host_entry(path, report):

@@ -1,6 +1,6 @@
 """Command line: `python -m ext4audit {report,gate,rules,plan}`.
 
-Exit codes (report and gate): 0 pass, 1 policy failed, 2 incomplete or could not run.
+Exit codes (report, gate and merge): 0 pass, 1 policy failed, 2 incomplete or could not run.
 A tool error is never a pass. plan: 0 written, 2 could not.
 """
 
@@ -8,10 +8,58 @@ import argparse
 import glob
 import os
 import sys
+import traceback
 
 from . import SEVERITIES, severity_rank, catalog as catalog_mod, engine, kernel_gate, probe, reports, waivers as waivers_mod
 from . import baseline as baseline_mod, prometheus, sarif
-from . import html
+from . import html, merge
+
+
+RECORD_STATUSES = ("audited", "unreachable", "failed")  # what roles/ext4_audit/tasks/facts.yml writes
+FACTS_SCHEMA = "ext4-fleet-audit/facts/v1"
+
+
+def _list_of(value, types):
+    return isinstance(value, list) and all(isinstance(item, types) for item in value)
+
+
+def _check(condition, path, what):
+    if not condition:
+        raise reports.ReportError("%s: %s" % (path, what))
+
+
+def read_record(path):
+    """A facts record, checked for the shape the rules and reports read: a corrupt or foreign file
+    is a clear error (exit 2) before anything is written, never a traceback."""
+    record = reports.read_json(path, "facts record")
+    _check(isinstance(record, dict), path, "a facts record is a JSON object, this is %s" % type(record).__name__)
+    _check(isinstance(record.get("host"), str) and record["host"], path, "facts record has no host name")
+    _check(record.get("status") in RECORD_STATUSES, path, "status %r is not one of %s"
+           % (record.get("status"), ", ".join(RECORD_STATUSES)))
+    _check(record.get("groups") is None or _list_of(record["groups"], str), path, "groups is not a list of names")
+    _check(record.get("reason") is None or isinstance(record["reason"], str), path, "reason is not a string")
+    facts = record.get("facts")
+    if record["status"] != "audited" or not isinstance(facts, dict) or facts.get("schema") != FACTS_SCHEMA:
+        return record  # not audited, or facts of an unknown schema: reported as a host not audited
+    _check(isinstance(facts.get("kernel"), dict), path, "facts.kernel is missing or not an object")
+    for key in ("filesystems", "netfs"):
+        _check(_list_of(facts.get(key), dict), path, "facts.%s is missing or not a list of objects" % key)
+    _check(_list_of(facts.get("errors") or [], dict), path, "facts.errors is not a list of objects")
+    for error in facts.get("errors") or []:
+        _check(isinstance(error.get("where"), str) and isinstance(error.get("reason"), str), path,
+               "an entry of facts.errors has no where and reason strings")
+    for number, fs in enumerate((facts.get("filesystems") or []) + (facts.get("netfs") or []), 1):
+        _check(isinstance(fs.get("mountpoint"), str) and (fs.get("device") is None or isinstance(fs["device"], str))
+               and (fs.get("options") is None or _list_of(fs["options"], str))
+               and all(fs.get(k) is None or isinstance(fs[k], dict) for k in ("superblock", "queue", "jbd2", "fstab")),
+               path, "filesystem #%d has no mountpoint string, or its device, options, superblock, queue, jbd2 "
+                     "or fstab is of the wrong type" % number)
+        sb = fs.get("superblock") or {}
+        _check(all(sb.get(k) is None or (isinstance(sb[k], int) and not isinstance(sb[k], bool)) for k in
+                   ("block_size", "block_count", "blocks_per_group", "inode_size", "journal_bytes", "raid_stride",
+                    "raid_stripe_width")) and _list_of(sb.get("features") or [], str),
+               path, "filesystem #%d: a superblock number or the feature list is of the wrong type" % number)
+    return record
 
 
 def build_host_report(record, catalog, waivers, run_id, now, probes=None, plan=None):
@@ -82,8 +130,7 @@ def finish(summary, host_reports, run_dir, reports_dir, catalog=None, rules_dir=
     sarif.write(os.path.join(run_dir, "report.sarif"), summary, host_reports, catalog or catalog_mod.load(rules_dir),
                 os.path.join(rules_dir, "catalog.yml"), inventory)
     prometheus.write(os.path.join(run_dir, "ext4audit.prom"), summary, host_reports)
-    reports.write_atomic(os.path.join(run_dir, "report.html"),
-                         html.render(summary, host_reports, catalog or catalog_mod.load(rules_dir), run_dir))
+    html.write(os.path.join(run_dir, "report.html"), summary, host_reports, catalog or catalog_mod.load(rules_dir), run_dir)
     if reports_dir:
         reports.point_latest(reports_dir, run_dir)
     print(reports.terminal_table(summary))
@@ -105,7 +152,7 @@ def cmd_report(args):
     run_id = os.path.basename(os.path.normpath(args.run_dir))
     records = sorted(glob.glob(os.path.join(args.run_dir, "facts", "*.json")))
     probes, plan = load_probe(args.run_dir)
-    host_reports = [build_host_report(reports.read_json(path, "facts record"), catalog, waivers, run_id, now, probes, plan)
+    host_reports = [build_host_report(read_record(path), catalog, waivers, run_id, now, probes, plan)
                     for path in records]
     diff = baseline_mod.compare(host_reports, base) if base else None
     for report in host_reports:
@@ -153,6 +200,16 @@ def cmd_gate(args):
     return reports.EXIT_CODES[summary["verdict"]]
 
 
+def cmd_merge(args):
+    """Merge sliced runs' facts/ and probe/ into a new run folder and report on it as one run."""
+    merge.stage(args.run_dir, args.slices)  # checks every slice before it writes anything
+    try:
+        return cmd_report(args)
+    except BaseException:  # e.g. a bad waiver file: no half-made run folder is left behind
+        merge.discard(args.run_dir)
+        raise
+
+
 def cmd_kernel_gate(args):
     """Compare a baseline and a candidate host's probe runs and findings; write kernel_gate.{json,md}."""
     sides, plan_ids, loaded = [], [], {}
@@ -171,9 +228,9 @@ def cmd_kernel_gate(args):
     reports.write_json(os.path.join(args.run_dir, "kernel_gate.json"), gate)
     reports.write_atomic(os.path.join(args.run_dir, "kernel_gate.md"), kernel_gate.markdown(gate, reports.md))
     if os.path.exists(os.path.join(args.run_dir, "summary.json")):  # report.html gets the comparison too
-        reports.write_atomic(os.path.join(args.run_dir, "report.html"), html.render(
-            reports.read_json(os.path.join(args.run_dir, "summary.json"), "summary"),
-            load_host_reports(args.run_dir), catalog_mod.load(), args.run_dir))
+        html.write(os.path.join(args.run_dir, "report.html"),
+                   reports.read_json(os.path.join(args.run_dir, "summary.json"), "summary"),
+                   load_host_reports(args.run_dir), catalog_mod.load(), args.run_dir)
     print("kernel gate: %s: %s" % (gate["verdict"], gate["reason"]))
     return reports.EXIT_CODES[gate["verdict"]]
 
@@ -214,10 +271,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m ext4audit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, func in (("report", cmd_report), ("gate", cmd_gate)):
+    for name, func in (("report", cmd_report), ("gate", cmd_gate), ("merge", cmd_merge)):
         p = sub.add_parser(name, help=func.__doc__.splitlines()[0] if func.__doc__ else
                            "evaluate a run folder's facts and write every report")
-        p.add_argument("run_dir", help="reports/<run-id> (gate: reports/latest works too)")
+        p.add_argument("run_dir", help="reports/<run-id> (gate: reports/latest works too; merge: the new folder)")
         p.add_argument("--fail-on", choices=SEVERITIES, default="high",
                        help="lowest unwaived severity that fails the gate (default: high)")
         p.add_argument("--unreachable-incomplete", type=_bool, default=True, metavar="BOOL",
@@ -230,7 +287,10 @@ def main(argv=None):
         p.add_argument("--rules-dir", default=catalog_mod.RULES_DIR, help=argparse.SUPPRESS)
         p.set_defaults(func=func)
     sub.choices["gate"].add_argument("--table", action="store_true", help="print the per-host table too")
-    sub.choices["report"].add_argument("--inventory", metavar="DIR",
+    sub.choices["merge"].add_argument("slices", nargs="+", metavar="SLICE_DIR",
+                                      help="run folders of the slices (--limit runs, AWX job slices, other controllers)")
+    for name in ("report", "merge"):
+        sub.choices[name].add_argument("--inventory", metavar="DIR",
                                        help="inventory folder: report.sarif points at its host_vars/<host>.yml files")
     p = sub.add_parser("kernel-gate", help=cmd_kernel_gate.__doc__)
     p.add_argument("run_dir", help="the run with the candidate (and, unless --baseline-run, the baseline)")
@@ -263,6 +323,11 @@ def main(argv=None):
     except (catalog_mod.CatalogError, waivers_mod.WaiverError, reports.ReportError, probe.ProbeError,
             OSError) as exc:
         print("error: %s" % exc, file=sys.stderr)
+        return 2
+    except Exception as exc:  # a bug, or input no check caught: exit 2 (could not run), never 1 (policy failed)
+        print("error: %s failed on an unexpected %s: %s (traceback below)" % (args.command, type(exc).__name__, exc),
+              file=sys.stderr)
+        traceback.print_exc()
         return 2
 
 

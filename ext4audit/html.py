@@ -18,21 +18,35 @@ import hashlib
 import json
 import os
 
+from markupsafe import Markup
+
 from . import SEVERITIES, probe, reports, severity_rank
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 # Per-host pictures cost about 0.1 s each to draw and 20-40 KiB of page: a fleet where the probe
 # ran on more hosts gets them for the first ones (their numbers are in the page for all).
 MAX_PLOTTED_HOSTS = 20
-OPEN_HOSTS = 20  # fleets up to this size show every host unfolded
+# Fleets up to this size show every host unfolded, each finding with its rule's rationale,
+# remediation and references; larger ones link each finding to its rule's entry (one per rule),
+# which keeps 10,000 hosts to tens of MiB.
+DETAILED_HOSTS = 20
 
 
 @functools.lru_cache(maxsize=None)
 def _environment():
     import jinja2  # only the report step needs it (and ansible-core pins it)
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                             undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
+    class Environment(jinja2.Environment):
+        def getattr(self, obj, attribute):
+            """`a.b` on the reports' dicts: the key first. Jinja tries the Python attribute first,
+            and the AttributeError it catches for every lookup was a third of the render time."""
+            if type(obj) is dict and attribute in obj:
+                return obj[attribute]
+            return super().getattr(obj, attribute)
+
+    # ChainableUndefined: an optional field missing from an older or partial report renders empty
+    env = Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                      undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(bytes=lambda v: "-" if v is None else probe.human_bytes(v), num=_num,
                        pct=lambda v: "-" if v is None else "%.0f%%" % (100 * v), json=_json, link=_link)
     return env
@@ -88,15 +102,13 @@ def _dspans(run_dir, hosts):
         if not isinstance(doc, dict) or doc.get("host") not in hosts:
             continue
         runs = ((doc.get("result") or {}).get("sweep") or {}).get("runs") or []
-        found[doc["host"]] = [r["dspan"] for r in runs if isinstance(r, dict) and isinstance(r.get("dspan"), (int, float))
-                              and not isinstance(r["dspan"], bool)]
+        found[doc["host"]] = [r["dspan"] for r in runs if isinstance(r, dict)
+                              and isinstance(r.get("dspan"), (int, float)) and not isinstance(r["dspan"], bool)]
     return found
 
 
 def _probe_view(section, dspans, index):
     """The probe block of one host: its numbers and, when drawn, its three plots."""
-    from markupsafe import Markup
-
     from . import plots
 
     sweep = section.get("sweep")
@@ -135,51 +147,74 @@ def _kernel_gate(run_dir):
         return None, None, str(exc)
 
 
-def render(summary, host_reports, catalog=None, run_dir=None):
-    """The page as a string. catalog: the loaded rule catalog (rationale and references per rule;
-    rules missing from it are listed with what the findings carry). run_dir: where the raw probe
-    records (for the d-span CDFs) and kernel_gate.json are, when there are any."""
-    import markupsafe
-
-    rules = catalog.by_id if catalog is not None else {}
-    rows, hosts, found_rules = [], [], {}
+def _rows_and_hosts(summary, host_reports, run_dir):
+    """The overview rows and the per-host views (findings worst first, probe plots drawn)."""
     probed = [r["host"] for r in host_reports if ((r.get("probe") or {}).get("sweep") or {}).get("runs_completed")]
     plotted = set(probed[:MAX_PLOTTED_HOSTS])
     dspans = _dspans(run_dir, plotted) if plotted else {}
+    rows, hosts = [], []
     for index, report in enumerate(host_reports):
         findings = sorted(report["findings"], key=lambda f: (-severity_rank(f["severity"]), f["rule"],
                                                              f.get("mountpoint") or ""))
         unwaived = [f for f in findings if not f["waived"]]
         worst = max((f["severity"] for f in unwaived), key=severity_rank, default=None)
-        rows.append({"index": index, "host": report["host"], "status": report["status"], "worst": worst,
-                     "worst_rank": severity_rank(worst) if worst else -1, "counts": _severity_counts(findings),
-                     "waived": len(findings) - len(unwaived),
-                     "failing": sum(reports.failing(f, summary["policy"]["fail_on"]) for f in findings),
-                     "errors": len(report.get("errors") or []),
-                     "probe": (report.get("probe") or {}).get("status")})
-        for finding in findings:
-            found_rules.setdefault(finding["rule"], finding)
-        section = report.get("probe")
-        view = _probe_view(section, dspans.get(report["host"]), index) if report["host"] in plotted else None
-        hosts.append({"index": index, "report": report, "findings": findings, "probe": section, "probe_view": view,
-                      "open": len(host_reports) <= OPEN_HOSTS})
-    glossary = []
-    for rule_id in sorted(found_rules, key=lambda r: (-severity_rank(found_rules[r]["base_severity"]
-                                                                     if found_rules[r].get("base_severity")
-                                                                     else found_rules[r]["severity"]), r)):
-        rule, finding = rules.get(rule_id) or {}, found_rules[rule_id]
-        glossary.append({"id": rule_id, "title": rule.get("title") or finding.get("title"),
-                         "severity": rule.get("severity") or finding.get("base_severity"),
-                         "rationale": rule.get("rationale"), "seed": rule.get("seed") or finding.get("seed"),
-                         "remediation": rule.get("remediation") or finding.get("remediation") or {},
-                         "references": rule.get("references") or finding.get("references") or []})
+        row = {"index": index, "host": report["host"], "status": report["status"], "worst": worst,
+               "worst_rank": severity_rank(worst) if worst else -1, "counts": _severity_counts(findings),
+               "waived": len(findings) - len(unwaived),
+               "failing": sum(reports.failing(f, summary["policy"]["fail_on"]) for f in findings),
+               "errors": len(report.get("errors") or []), "probe": (report.get("probe") or {}).get("status")}
+        rows.append(row)
+        view = _probe_view(report["probe"], dspans.get(report["host"]), index) if report["host"] in plotted else None
+        hosts.append({"index": index, "row": row, "report": report, "findings": findings,
+                      "probe": report.get("probe"), "probe_view": view,
+                      "detailed": len(host_reports) <= DETAILED_HOSTS})
+    return rows, hosts, len(probed), len(plotted)
+
+
+def _glossary(host_reports, catalog):
+    """One entry per rule found in the run, worst base severity first: its rationale, remediation
+    and references from the catalog (or, for a rule the catalog lacks, from a finding)."""
+    first = {}
+    for report in host_reports:
+        for finding in report["findings"]:
+            first.setdefault(finding["rule"], finding)
+    rules = catalog.by_id if catalog is not None else {}
+    entries = []
+    for rule_id, finding in first.items():
+        rule = rules.get(rule_id) or {}
+        entries.append({"id": rule_id, "title": rule.get("title") or finding.get("title"),
+                        "severity": rule.get("severity") or finding.get("base_severity") or finding["severity"],
+                        "rationale": rule.get("rationale"), "seed": rule.get("seed") or finding.get("seed"),
+                        "remediation": rule.get("remediation") or finding.get("remediation") or {},
+                        "references": rule.get("references") or finding.get("references") or []})
+    return sorted(entries, key=lambda e: (-severity_rank(e["severity"]), e["id"]))
+
+
+def _context(summary, host_reports, catalog, run_dir):
+    rows, hosts, probed, plotted = _rows_and_hosts(summary, host_reports, run_dir)
+    glossary = _glossary(host_reports, catalog)
     gate, gate_plot, gate_error = _kernel_gate(run_dir)
     script = _asset("report.js")
-    page = _environment().get_template("report.html.j2").render(
-        summary=summary, rows=rows, hosts=hosts, glossary=glossary, severities=SEVERITIES,
-        rationales=dict((g["id"], g["rationale"]) for g in glossary),
-        severities_desc=list(reversed(SEVERITIES)), baseline=summary.get("baseline"),
-        probed=len(probed), plotted=len(plotted), max_plotted=MAX_PLOTTED_HOSTS,
-        gate=gate, gate_plot=markupsafe.Markup(gate_plot) if gate_plot else None, gate_error=gate_error,
-        csp=csp(script), script=markupsafe.Markup(script), css=markupsafe.Markup(_asset("report.css")))
-    return page
+    return dict(summary=summary, rows=rows, hosts=hosts, glossary=glossary,
+                rationales=dict((g["id"], g["rationale"]) for g in glossary),
+                severities=SEVERITIES, severities_desc=list(reversed(SEVERITIES)), baseline=summary.get("baseline"),
+                probed=probed, plotted=plotted, max_plotted=MAX_PLOTTED_HOSTS,
+                gate=gate, gate_plot=Markup(gate_plot) if gate_plot else None, gate_error=gate_error,
+                csp=csp(script), script=Markup(script), css=Markup(_asset("report.css")))
+
+
+def render(summary, host_reports, catalog=None, run_dir=None):
+    """The page as a string. catalog: the loaded rule catalog (rationale and references per rule;
+    a rule missing from it shows what its findings carry). run_dir: where the raw probe records
+    (for the d-span CDFs) and kernel_gate.json are, when there are any."""
+    return _environment().get_template("report.html.j2").render(**_context(summary, host_reports, catalog, run_dir))
+
+
+def write(path, summary, host_reports, catalog=None, run_dir=None):
+    """Write the page to `path` atomically, streamed: 10,000 hosts make a page of about 40 MB,
+    which as one string (and its UTF-8 copy) would cost several times that in memory."""
+    template = _environment().get_template("report.html.j2")
+    context = _context(summary, host_reports, catalog, run_dir)
+    with reports.atomic_file(path) as out:
+        for chunk in template.generate(**context):
+            out.write(chunk)

@@ -32,6 +32,7 @@ def check(folder, files):
 def write(folder, name, text):
     handle, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=name)
     try:
+        os.fchmod(handle, 0o644)  # as the copy module wrote them (mkstemp makes 0600)
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(text)
             out.flush()

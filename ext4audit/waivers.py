@@ -50,11 +50,12 @@ def _expiry(value, index):
 def load(path, known_rules=None):
     """Read and validate a waiver file. A missing file means no waivers."""
     try:
-        with open(path) as handle:
+        with open(path, "rb") as handle:  # bytes: PyYAML checks the encoding (ReaderError)
             doc = yaml.safe_load(handle)
     except FileNotFoundError:
         return []
-    except (OSError, yaml.YAMLError) as exc:
+    # ValueError: a timestamp that is no date (2027-02-30); RecursionError: absurd nesting
+    except (OSError, yaml.YAMLError, ValueError, RecursionError) as exc:
         raise WaiverError("cannot read waiver file %s: %s" % (path, exc))
     return parse(doc, known_rules, source=path)
 
@@ -72,6 +73,8 @@ def parse(doc, known_rules=None, source="waivers"):
             if not str(entry.get(field) or "").strip():
                 raise WaiverError("%s: waiver #%d (%s) has no %s; every waiver needs %s"
                                   % (source, index, entry.get("rule", "no rule"), field, ", ".join(REQUIRED)))
+        if not isinstance(entry["rule"], str):
+            raise WaiverError("%s: waiver #%d: rule must be a rule id, got %r" % (source, index, entry["rule"]))
         if known_rules is not None and entry["rule"] not in known_rules:
             raise WaiverError("%s: waiver #%d names unknown rule %s" % (source, index, entry["rule"]))
         for field in ("hosts", "groups", "mountpoints"):

@@ -102,7 +102,9 @@ def parse_mountinfo(text):
     mount_options (field 6), optional, fstype, source, super_options (after ' - ').
     """
     mounts = []
-    for lineno, line in enumerate(text.splitlines(), 1):
+    # Only "\n" ends a line: the kernel escapes it in names, but not \r, \f or U+2028, which
+    # str.splitlines() would also cut at (one such name would hide every mount).
+    for lineno, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         fields = line.split(" ")
@@ -173,11 +175,11 @@ def option_map(options):
 def parse_fstab(text):
     """Parse /etc/fstab. Returns (entries, errors); a malformed line is an error, not a crash."""
     entries, errors = [], []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
+    for lineno, line in enumerate(text.split("\n"), 1):  # as libmount: lines end at \n,
+        stripped = line.strip(" \t\r")                      # fields are split at spaces and tabs
         if not stripped or stripped.startswith("#"):
             continue
-        fields = stripped.split()
+        fields = re.split(r"[ \t]+", stripped)
         if len(fields) < 3:
             errors.append("fstab line %d has %d fields, expected at least 3: %r"
                           % (lineno, len(fields), stripped[:200]))
@@ -236,7 +238,12 @@ def parse_dumpe2fs(text):
     sometimes 'Journal length' (blocks); blocks x block size is exact, so it wins.
     """
     raw = {}
-    for line in text.splitlines():
+    lines = text.splitlines()
+    # The volume name and the last mount point are printed first and raw: a newline in either
+    # (a mount point named so) would forge the fields below. Every field read here is printed
+    # after the UUID line, and a forged UUID line comes before the real one: start at the last.
+    starts = [i for i, line in enumerate(lines) if line.startswith("Filesystem UUID:")]
+    for line in lines[starts[-1] if starts else 0:]:
         key, sep, value = line.partition(":")
         key = key.strip()
         if sep and key and key not in raw:
@@ -245,7 +252,7 @@ def parse_dumpe2fs(text):
         raise ParseError("dumpe2fs output has no superblock header (Block size / Filesystem features)")
 
     def integer(key):
-        return int(raw[key]) if raw.get(key, "").isdigit() else None
+        return int(raw[key]) if re.match(r"^[0-9]+$", raw.get(key, "")) else None  # not isdigit(): "²"
 
     block_size = integer("Block size")
     features = raw["Filesystem features"].split()
@@ -497,7 +504,7 @@ def parse_dumpe2fs_identity(text):
     found = {"uuid": None, "label": None}
     for line in text.splitlines():
         key, sep, value = line.partition(":")
-        if sep and key.strip() == "Filesystem UUID" and found["uuid"] is None:
+        if sep and key.strip() == "Filesystem UUID":  # the last: a forged one (see parse_dumpe2fs) comes first
             found["uuid"] = value.strip().lower()
         elif sep and key.strip() == "Filesystem volume name" and found["label"] is None:
             found["label"] = None if value.strip() == "<none>" else value.strip()

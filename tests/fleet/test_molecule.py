@@ -1,14 +1,20 @@
-"""The Molecule scenarios as CI runs them (root): `molecule test -s default` and `-s fleet` from the
-repository root, timed, and then nothing of them left: no sshd of the fleet, no loop device backed
-by their images, no mount of them in any mount namespace.
+"""The Molecule scenarios as CI runs them (root): `molecule test -s default`, `-s fleet` and
+`-s kernels` from the repository root, timed step by step, and then nothing of them left: no sshd
+of the fleet, no loop device backed by their images, no mount of them in any mount namespace, no
+qemu or overlay of the kernels scenario.
 
-Slow (about 1 and 1.5 minutes here); skip them with `pytest --ignore=tests/fleet`.
+Slow (about 1, 1.5 and 7-15 minutes here; kernels 2 more when it builds the VM image); skip them
+with `pytest --ignore=tests/fleet`, or one with `-k 'not kernels'`.
 """
 
+import glob
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -18,32 +24,136 @@ from conftest import ROOT, VENV_BIN, needs_root, run
 pytestmark = needs_root
 
 HELPER = os.path.join(ROOT, "testhosts", "fleet", "fleet_host.py")
-# What each scenario makes (see molecule/*/molecule.yml), for the leftover check.
+# Each scenario's time limit in seconds. kernels: a cold image build, two TCG boots and three
+# probe runs, on a machine other tests may load (measured 7-15 min).
+TIMEOUTS = {"default": 1200, "fleet": 1200, "kernels": 3600}
+# The kernels scenario's VM run folder (molecule/kernels/vars/scenario.yml: scenario_vm_run_dir) and results.
+KERNELS_VMS = os.path.join(ROOT, ".cache", "testhosts", "vm", "run-molecule-kernels")
+KERNELS_RESULTS = os.path.join(ROOT, ".cache", "molecule", "kernels")
+VM_TOOLS = ["/usr/bin/qemu-system-x86_64", "/usr/bin/qemu-img", "/usr/sbin/debootstrap"]
+# What the loop-device scenarios make (see molecule/*/molecule.yml), for the leftover check.
 MADE = {
     "default": ["--images", "/dev/shm/ext4audit-molecule-default"],
     "fleet": ["--state", os.path.join(ROOT, ".cache", "testhosts", "fleet"), "--images", "/dev/shm/ext4audit-fleet"],
 }
+# Lines that say what went wrong, in Molecule's, Ansible's (nested runs' too) and pytest's words.
+ESSENTIAL = re.compile(r"fatal:|FAILED!|ERROR|CRITICAL|Traceback|AssertionError|^E\s|^FAILED |"
+                       r"\bfailed=[1-9]|\bunreachable=[1-9]|Timeout|timed out")
+NOISE = re.compile(r"FAILED - RETRYING")   # vm_up.yml's wait for SSH: progress, not an error
+# Molecule's line at the start of each step, e.g. "INFO     kernels ➜ converge: Executing".
+STEP = re.compile(r"^INFO\s+(\w+) \S+ (\w+): Executing")
+# Molecule frames each command's output in a box: "  │ fatal: ...".
+BOX = re.compile(r"^\s*[│┌└]\s?")
+
+
+def essential_first(output, context=6, most=70, tail=30):
+    """The lines that say what failed (each with a few after it: Ansible prints a task's
+    details below its `fatal:` line), then the end of the output. CI logs keep ~160 lines."""
+    lines = output.splitlines()
+    keep = []
+    for number, line in enumerate(lines):
+        line = BOX.sub("", line)
+        if ESSENTIAL.search(line) and not NOISE.search(line):
+            keep.extend(n for n in range(number, min(number + context + 1, len(lines))) if n not in keep)
+    picked = [lines[n][:300] for n in keep[:most]]
+    return "\n".join(["--- essential lines (%d of %d) ---" % (len(picked), len(keep))] + picked
+                     + ["--- last %d lines ---" % tail] + [line[:300] for line in lines[-tail:]])
 
 
 def leftovers(scenario):
+    if scenario == "kernels":
+        return {"qemu": live_processes_mentioning(KERNELS_VMS),
+                "run folder": sorted(glob.glob(os.path.join(KERNELS_VMS, "**"), recursive=True))}
     return json.loads(run([sys.executable, HELPER, "status"] + MADE[scenario]))
 
 
-@pytest.mark.parametrize("scenario", ["default", "fleet"])
-def test_molecule_scenario(scenario, record_property):
+def live_processes_mentioning(marker):
+    """Pids whose command line holds marker (a zombie's command line is empty: it is gone)."""
+    found = []
+    for path in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            with open(path, "rb") as handle:
+                if marker.encode() in handle.read():
+                    found.append(int(path.split("/")[2]))
+        except OSError:
+            pass  # exited while we looked
+    return found
+
+
+def molecule(action, scenario, timeout):
+    """Run `molecule ACTION -s SCENARIO` in its own session; on timeout kill that session and say
+    so. Returns (rc, None on timeout; the output; [(step, seconds)]; total seconds)."""
     # molecule runs ansible-config, ansible-playbook and pytest from PATH: the venv's first.
     env = dict(os.environ, PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", ""),
                ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
-               NO_COLOR="1", PY_COLORS="0", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+               NO_COLOR="1", PY_COLORS="0", ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
+               COLUMNS="160")   # Molecule wraps its output at this width
     started = time.monotonic()
-    result = subprocess.run([os.path.join(VENV_BIN, "molecule"), "test", "-s", scenario], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1200)
-    seconds = time.monotonic() - started
-    record_property("seconds", round(seconds, 1))
-    print("molecule test -s %s: %.1f s" % (scenario, seconds))
-    output = result.stdout.decode(errors="replace")
-    assert result.returncode == 0, output[-30000:]
-    assert "Verifier completed successfully" in output, output[-30000:]
+    proc = subprocess.Popen([os.path.join(VENV_BIN, "molecule"), action, "-s", scenario], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    lines, steps = [], []
+
+    def read():
+        for raw in proc.stdout:
+            line = raw.decode(errors="replace").rstrip("\n")
+            lines.append(line)
+            match = STEP.match(line)
+            if match:
+                steps.append((match.group(2), time.monotonic()))
+
+    # A reader thread, so that the timeout holds even while a step prints nothing for long.
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)   # molecule, ansible-playbook, ssh; daemonized qemu has its own session
+        proc.wait()
+        rc = None
+    reader.join(timeout=30)
+    ended = time.monotonic()
+    seconds = [(name, round((steps[i + 1][1] if i + 1 < len(steps) else ended) - at, 1))
+               for i, (name, at) in enumerate(steps)]
+    return rc, "\n".join(lines), seconds, round(ended - started, 1)
+
+
+@pytest.mark.parametrize("scenario", sorted(TIMEOUTS))
+def test_molecule_scenario(scenario, record_property):
+    if scenario == "kernels" and not all(os.path.exists(tool) for tool in VM_TOOLS):
+        pytest.skip("needs qemu and debootstrap: apt-get install qemu-system-x86 qemu-utils debootstrap (make vm-deps)")
+    rc, output, steps, seconds = molecule("test", scenario, TIMEOUTS[scenario])
+    record_property("seconds", seconds)
+    record_property("steps", steps)
+    print("molecule test -s %s: %.1f s; steps (s): %s" % (scenario, seconds, ", ".join("%s %.1f" % s for s in steps)))
+    if rc is None:
+        # Killed: whatever it had started must still go (VMs above all).
+        destroy_rc, destroy_output, _, _ = molecule("destroy", scenario, 900)
+        pytest.fail("TIMEOUT: molecule test -s %s ran past %d s and was killed; then molecule destroy: rc=%s, "
+                    "left behind: %s\n%s\n--- molecule destroy ---\n%s" % (
+                        scenario, TIMEOUTS[scenario], destroy_rc, leftovers(scenario), essential_first(output),
+                        essential_first(destroy_output, tail=15)))
+    assert rc == 0, "molecule test -s %s failed (rc=%d)\n%s" % (scenario, rc, essential_first(output))
+    assert "Verifier completed successfully" in output, essential_first(output)
 
     left = leftovers(scenario)
     assert not any(left.values()), "left behind by molecule test -s %s: %s" % (scenario, left)
+    if scenario == "kernels":
+        print(kernel_gate_numbers())
+
+
+def kernel_gate_numbers():
+    """One line per gate the kernels scenario ran, from the reports it keeps."""
+    lines = []
+    for name in ("upgrade", "injected_vs_before", "injected_vs_baseline"):
+        with open(os.path.join(KERNELS_RESULTS, "gates", name + ".json")) as handle:
+            gate = json.load(handle)
+        d = gate["dspan"]
+        confirmations = ", ".join("%s %.2f->%.2f" % (r["probe"], r["baseline"], r["candidate"])
+                                  for r in gate["confirmations"] if r["baseline"] and r["candidate"])
+        lines.append("%s (%s -> %s): %s; %d pairs, p99 %+.0f%%, Wilcoxon p=%.2g, effect %.2f, tail %.0f%%->%.0f%%; %s" % (
+            name, gate["baseline"]["kernel"], gate["candidate"]["kernel"], gate["verdict"].upper(),
+            d["paired_treatments"], 100 * d["p99_change"], d["wilcoxon_p"], d["effect_size"],
+            100 * d["tail_share"]["baseline"], 100 * d["tail_share"]["candidate"], confirmations))
+    with open(os.path.join(KERNELS_RESULTS, "converge.json")) as handle:
+        lines.append("durations: %s" % json.load(handle)["durations"])
+    return "\n".join(lines)

@@ -329,13 +329,16 @@ def test_qcow2_with_a_backing_file_is_refused(bare_image, tmp_path):
 
 def test_offline_precheck_playbook(mbr_image, tmp_path):
     """playbooks/ami_precheck.yml without the boot: the offline host's report, rules and verdict."""
-    reports = tmp_path / "reports"
+    reports, work = tmp_path / "reports", tmp_path / "work"
+    work.mkdir()
     rc, out = ansible_playbook("playbooks/ami_precheck.yml", "-e", json.dumps({
         "image": mbr_image["path"], "ami_precheck_boot": False, "ext4_audit_reports_dir": str(reports),
-        "ami_precheck_name": "golden"}))
+        "ami_precheck_name": "golden", "ami_precheck_work_parent": str(work)}))
+    assert (reports / "latest" / "summary.json").exists(), out[-3000:]
     summary = load_json(str(reports / "latest" / "summary.json"))
     assert (rc == 0) == (summary["verdict"] == "pass"), (rc, summary["verdict"], out[-3000:])
     report = load_json(str(reports / "latest" / "hosts" / "golden-offline.json"))
     assert report["status"] == "audited" and report["kernel"]["release"] == K612[0]
     assert ("EXT4_INODE_128", "/data") in [(f["rule"], f["mountpoint"]) for f in report["findings"]]
     assert [h["host"] for h in summary["hosts"]] == ["golden-offline"], summary["hosts"]
+    assert os.listdir(work) == []  # the work folder is removed

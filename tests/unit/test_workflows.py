@@ -65,10 +65,13 @@ def molecule_scenarios():
 # ---- reading workflows ------------------------------------------------------------------------
 
 def triggers(doc):
+    """{event: its settings} from `on:` (a string, a list or a mapping)."""
     on = doc.get("on", doc.get(True))  # PyYAML reads the bare key `on` as the boolean True
     if isinstance(on, str):
-        return {on}
-    return set(on or ())
+        return {on: {}}
+    if isinstance(on, list):
+        return dict.fromkeys(on, {})
+    return {event: settings or {} for event, settings in (on or {}).items()}
 
 
 def commands(script):
@@ -152,9 +155,8 @@ def workflow_problems(name, text):
     doc = yaml.safe_load(text)
     if "pull_request_target" in triggers(doc):
         problems.append("%s: pull_request_target runs with the base repository's token and secrets" % name)
-    on = doc.get("on", doc.get(True))
     for event in ("push", "pull_request"):
-        for path in ((on or {}).get(event) or {}).get("paths", []) if isinstance(on, dict) else []:
+        for path in triggers(doc).get(event, {}).get("paths", []):
             if not re.search(r"[*?\[!]", path) and not os.path.exists(os.path.join(ROOT, path)):
                 problems.append("%s: %s paths: %s does not exist, so the trigger never fires" % (name, event, path))
     top = doc.get("permissions")

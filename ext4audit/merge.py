@@ -1,0 +1,89 @@
+"""Merge sliced runs into one run folder, which the report step then reports on as one run.
+
+    python -m ext4audit merge OUT_DIR SLICE_DIR... [the report options]
+
+A slice is a run folder that playbooks/audit.yml wrote for part of the fleet: a `--limit` run,
+one job of an AWX / Automation Platform sliced job, or the run of another controller. The merged
+folder gets every slice's facts/ and probe/ records (copied byte for byte) and the one probe
+plan, so the report step sees exactly what a run over the whole fleet would have collected.
+
+Refused before anything is written (exit 2): OUT_DIR exists; a slice without facts/; a host in
+two slices; slices that ran different probe plans; a record that cannot be read.
+"""
+
+import glob
+import os
+import shutil
+
+from . import probe, reports
+
+
+def collect(slices):
+    """Check the slices; return {path in the merged folder: source file}. Raises ReportError."""
+    files, owners, plan, plan_slice = {}, {}, None, None
+    for folder in slices:
+        if not os.path.isdir(os.path.join(folder, "facts")):
+            raise reports.ReportError("slice %s has no facts/ folder: not a run folder of the audit" % folder)
+        for path in sorted(glob.glob(os.path.join(folder, "facts", "*.json"))):
+            record = reports.read_json(path, "facts record")
+            host = record.get("host") if isinstance(record, dict) else None
+            if not isinstance(host, str) or not host:
+                raise reports.ReportError("facts record %s has no host name" % path)
+            _claim(owners, ("facts", host), folder)
+            files[os.path.join("facts", os.path.basename(path))] = path
+        for path in sorted(glob.glob(os.path.join(folder, "probe", "*.json"))):
+            doc = reports.read_json(path, "probe file")
+            try:
+                if isinstance(doc, dict) and doc.get("schema") == probe.PLAN_SCHEMA:
+                    probe.check_plan(doc)
+                    if plan is not None and doc != plan:
+                        raise reports.ReportError("slices %s and %s ran different probe plans (%s; %s): their "
+                                                  "sweeps do not compare" % (plan_slice, folder, _plan_id(plan),
+                                                                             _plan_id(doc)))
+                    plan, plan_slice = doc, folder
+                    files[os.path.join("probe", "plan.json")] = path
+                    continue
+                probe.check_record(doc)
+            except probe.ProbeError as exc:
+                raise reports.ReportError("probe file %s: %s" % (path, exc))
+            _claim(owners, ("probe", doc["host"]), folder)
+            files[os.path.join("probe", os.path.basename(path))] = path
+    return files
+
+
+def _claim(owners, key, folder):
+    """A host's record comes from one slice only: slices that overlap would count it twice."""
+    if key in owners:
+        raise reports.ReportError("host %r has %s records in two slices: %s and %s (slices must not overlap)"
+                                  % (key[1], key[0], owners[key], folder))
+    owners[key] = folder
+
+
+def _plan_id(plan):
+    return "seed %s, %s runs, level set %s" % (plan.get("seed"), plan.get("runs"), plan.get("level_set"))
+
+
+def stage(out_dir, slices):
+    """Check the slices, then make out_dir with their records (facts/ and probe/, as the playbook's
+    prepare step makes them). Nothing is written unless every check passes."""
+    if os.path.lexists(out_dir):
+        raise reports.ReportError("%s exists already; merge into a new folder (reports are never overwritten)" % out_dir)
+    if not slices:
+        raise reports.ReportError("no slice to merge")
+    files = collect(slices)
+    os.makedirs(os.path.dirname(os.path.abspath(out_dir)), exist_ok=True)
+    os.mkdir(out_dir)  # raises if it appeared meanwhile
+    try:
+        for sub in ("facts", "probe"):
+            os.mkdir(os.path.join(out_dir, sub))
+        for target, source in sorted(files.items()):
+            shutil.copyfile(source, os.path.join(out_dir, target))
+    except BaseException:
+        discard(out_dir)
+        raise
+    return len([t for t in files if t.startswith("facts" + os.sep)])
+
+
+def discard(out_dir):
+    """Remove a merged folder this run made (the report step failed: nothing is left half done)."""
+    shutil.rmtree(out_dir, ignore_errors=True)

@@ -1,0 +1,144 @@
+"""report.html of a real audit, opened in a real browser (Debian's chromium, driven headless by
+chromedriver through selenium): the verdict and a hostile mount-point name show as text, nothing
+of the host's runs, the page's own script runs under its Content-Security-Policy, and sorting and
+filtering of the fleet table work. `make test-deps` installs chromium and chromium-driver."""
+
+import glob
+import json
+import os
+import time
+
+import pytest
+from PIL import Image
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+
+from conftest import ansible_playbook, load_json, needs_root
+from ext4audit import catalog, html
+
+pytestmark = needs_root
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+# A directory name cannot hold "/", so "</script>" makes two levels; the mount point is the whole path.
+HOSTILE = 'odd <script>window.__pwned=1</script> "q" $(id) `x`\nname'
+
+
+@pytest.fixture
+def browser(tmp_path):
+    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(path)]
+    assert not missing, "%s missing: `make test-deps` installs chromium and chromium-driver" % ", ".join(missing)
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    # As root chromium needs --no-sandbox; the network flags keep it from calling out (the
+    # machine has no network, and each refused connection would be logged).
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--window-size=1280,1000", "--user-data-dir=%s" % (tmp_path / "chromium-profile")):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def audit_with_probe(loopfs, tmp_path):
+    """The real playbook on this machine (probe on, replicating the hostile-named filesystem) and on
+    a host that refuses ssh: two rows, an incomplete verdict."""
+    target = loopfs.make("hostile", mountpoint=os.path.join(loopfs.base, "mnt", HOSTILE))
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "all:\n  vars:\n    ext4_audit_become: false\n  hosts:\n"
+        "    localhost:\n      ansible_connection: local\n      ansible_python_interpreter: '{{ ansible_playbook_python }}'\n"
+        "      chopper_probe_enabled: true\n"
+        "    gone-1:\n      ansible_host: 127.0.0.1\n      ansible_port: 9\n      ansible_connection: ssh\n"
+        "      ansible_ssh_common_args: '-o ConnectTimeout=3 -o StrictHostKeyChecking=no -o BatchMode=yes'\n")
+    reports_dir = tmp_path / "reports"
+    scratch_dir = "/dev/shm/ext4-audit-probe-html-%d" % os.getpid()
+    extra = {"ext4_audit_reports_dir": str(reports_dir), "chopper_probe_mountpoint": target["mountpoint"],
+             "chopper_probe_scratch_dir": scratch_dir, "chopper_probe_runs": 32, "chopper_probe_repetitions": 2,
+             "chopper_probe_poll_s": 1}
+    rc, out = ansible_playbook("-i", str(inventory), "playbooks/audit.yml", "-e", json.dumps(extra))
+    assert "verdict: incomplete" in out, out[-6000:]
+    runs = [p for p in glob.glob(str(reports_dir / "*")) if not p.endswith("latest")]
+    assert len(runs) == 1, runs
+    return target["mountpoint"], runs[0]
+
+
+def fleet_hosts(driver):
+    rows = driver.find_elements(By.CSS_SELECTOR, "#fleet-table tbody tr")
+    return [row.find_element(By.TAG_NAME, "td").text for row in rows if row.is_displayed()]
+
+
+def test_report_in_headless_chromium(loopfs, tmp_path, browser):
+    mountpoint, run_dir = audit_with_probe(loopfs, tmp_path)
+    summary = load_json(os.path.join(run_dir, "summary.json"))
+    local = load_json(os.path.join(run_dir, "hosts", "localhost.json"))
+    assert summary["verdict"] == "incomplete"
+    assert local["probe"]["status"] == "ran" and local["probe"]["mountpoint"] == mountpoint, local["probe"]
+    page = os.path.join(run_dir, "report.html")
+
+    # What it costs to make, measured on this run's own reports.
+    started = time.monotonic()
+    text = html.render(summary, [load_json(os.path.join(run_dir, "hosts", name)) for name in
+                                 sorted(os.listdir(os.path.join(run_dir, "hosts")))], catalog.load(), run_dir)
+    print("\nreport.html of this run (1 host with a 32-run probe, 1 unreachable): %.2f s, %d KiB" % (
+        time.monotonic() - started, len(text.encode()) // 1024))
+
+    browser.get("file://" + page)
+    assert browser.find_element(By.ID, "verdict-word").text == "INCOMPLETE"
+    assert browser.find_element(By.ID, "verdict-reason").text == summary["reason"]
+    body = browser.find_element(By.TAG_NAME, "body")
+    assert "Verdict: INCOMPLETE" in body.text
+    # The hostile mount point is text: exactly, newline and all, in elements people see.
+    shown = browser.execute_script(
+        "return Array.from(document.querySelectorAll('.host-data')).filter("
+        "  e => e.textContent === arguments[0] && e.offsetHeight > 0).length", mountpoint)
+    assert shown >= 3, "the mount point should show as text in findings, facts and the probe"
+    assert HOSTILE.split("\n")[0] in body.text  # rendered text, as a person sees it
+    assert browser.execute_script("return typeof window.__pwned") == "undefined"
+    assert browser.execute_script("return document.scripts.length") == 1
+    # The page's own script ran (its hash is in the policy): it shows the controls.
+    assert browser.find_element(By.ID, "fleet-controls").is_displayed()
+    assert browser.find_element(By.ID, "fleet-count").text == "2 of 2 hosts shown"
+    refused = [entry["message"] for entry in browser.get_log("browser") if "Content Security Policy" in entry["message"]
+               or "Refused" in entry["message"]]
+    assert not refused, refused
+    # Three probe plots, drawn at a real size.
+    sizes = browser.execute_script(
+        "return Array.from(document.querySelectorAll('figure.plot svg')).map(s => s.getBoundingClientRect().width)")
+    assert len(sizes) == 3 and min(sizes) > 300, sizes
+
+    # Sorting: by worst severity (worst first), then by host name.
+    assert fleet_hosts(browser) == ["gone-1", "localhost"]
+    headers = browser.find_elements(By.CSS_SELECTOR, "#fleet-table thead th button")
+    by_name = dict((button.text, button) for button in headers)
+    by_name["worst"].click()
+    assert fleet_hosts(browser) == ["localhost", "gone-1"]
+    by_name["host"].click()
+    assert fleet_hosts(browser) == ["gone-1", "localhost"]
+    by_name["host"].click()
+    assert fleet_hosts(browser) == ["localhost", "gone-1"]
+    # Filtering: by status, by worst severity, by part of the name.
+    Select(browser.find_element(By.ID, "filter-status")).select_by_value("unreachable")
+    assert fleet_hosts(browser) == ["gone-1"] and browser.find_element(By.ID, "fleet-count").text == "1 of 2 hosts shown"
+    Select(browser.find_element(By.ID, "filter-status")).select_by_value("")
+    Select(browser.find_element(By.ID, "filter-worst")).select_by_visible_text("info")
+    assert fleet_hosts(browser) == ["localhost"]
+    Select(browser.find_element(By.ID, "filter-worst")).select_by_value("-1")
+    browser.find_element(By.ID, "filter-host").send_keys("gone")
+    assert fleet_hosts(browser) == ["gone-1"]
+
+    # A screenshot of the whole page, kept with the test's files.
+    height = browser.execute_script("return document.documentElement.scrollHeight")
+    browser.set_window_size(1280, min(height, 12000))
+    shot = tmp_path / "report.png"
+    assert browser.save_screenshot(str(shot))
+    print("screenshot: %s (%d KiB)" % (shot, shot.stat().st_size // 1024))
+    with Image.open(str(shot)) as image:
+        assert image.format == "PNG" and image.width >= 1000 and image.height >= 1000, image.size
+        colours = image.convert("RGB").resize((64, 64)).getcolors(4096)
+        assert len(colours) > 20, "the screenshot is almost one colour: nothing rendered?"

@@ -1,0 +1,389 @@
+"""report.html from host reports made by the real code (engine, waivers, probe analysis, summary):
+what it shows, that host strings and rule text stay text, its plots, its policy and determinism."""
+
+import base64
+import copy
+import datetime
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from html.parser import HTMLParser
+
+from conftest import ROOT, VENV_BIN
+from ext4audit import catalog as catalog_mod, cli, html as report_html, kernel_gate, plots, probe, reports
+from ext4audit import waivers as waivers_mod
+from test_rules import facts, with_options
+
+NOW = datetime.datetime(2026, 11, 21, 12, 0, tzinfo=datetime.timezone.utc)
+# Markup, quotes, a command substitution, a backtick and a newline in one name.
+HOSTILE = 'odd <script>window.__pwned=1</script> "q" $(id) `x`\nname'
+RULE_MARKUP = '<img src=x onerror="window.__pwned=2">'
+PLAN = probe.make_plan(runs=32)
+SCRIPT = open(os.path.join(ROOT, "ext4audit", "templates", "report.js"), encoding="utf-8").read()
+
+
+class Page(HTMLParser):
+    """The page as a browser's parser sees it: the body's text, script bodies, every tag and attribute."""
+
+    def __init__(self, text):
+        super().__init__(convert_charrefs=True)
+        self.text, self.scripts, self.tags, self._in = [], [], [], []
+        self.rows, self._cell = [], False  # every table row as its cells' text
+        self.feed(text)
+        self.close()
+        self.text = "".join(self.text)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        if tag == "tr":
+            self.rows.append([])
+        elif tag in ("td", "th") and self.rows:
+            self.rows[-1].append("")
+            self._cell = True
+        if tag in ("script", "style", "title"):
+            self._in.append(tag)
+            if tag == "script":
+                self.scripts.append("")
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self._cell = False
+        if self._in and self._in[-1] == tag:
+            self._in.pop()
+
+    def handle_data(self, data):
+        if not self._in:
+            self.text.append(data)
+            if self._cell:
+                self.rows[-1][-1] += data
+        elif self._in[-1] == "script":
+            self.scripts[-1] += data
+
+
+# ------------------------------------------------------------------ synthetic, schema-true runs
+def record(host, *options, mountpoint="/data", status="audited", reason=None):
+    if status != "audited":
+        return {"host": host, "groups": [], "status": status, "reason": reason}
+    tree = facts(options=with_options(*options))
+    tree.update(schema="ext4-fleet-audit/facts/v1", errors=[])
+    tree["filesystems"][0]["mountpoint"] = mountpoint
+    return {"host": host, "groups": ["web"], "status": "audited", "facts": tree}
+
+
+def probe_record(host, mountpoint, scale=1):
+    """A sweep of the 32-run plan whose d-spans depend on FileSize and Fsync (so there is a tail)."""
+    runs = [{"id": t["id"], "dspan": scale * t["FileSize"] * (40 if t["Fsync"][0] else 1), "ideal": t["FileSize"],
+             "extents": 2, "layout_score": 0.9, "files": []} for t in PLAN["treatments"]]
+    confirmations = [{"id": "rename_over_existing", "seed": "000", "status": "measured", "reason": None,
+                      "metric": "rename(2) p50", "unit": "s", "mountpoint": None, "ratio": 3.0 * scale,
+                      "ratio_spread": [2.5 * scale, 3.5 * scale], "repetitions": 5},
+                     {"id": "xattr_set", "seed": "003", "status": "skipped", "reason": "no <xattr> for " + HOSTILE,
+                      "metric": None, "unit": "s", "mountpoint": None, "ratio": None, "ratio_spread": None,
+                      "repetitions": 0}]
+    result = {"schema": probe.RESULT_SCHEMA, "status": "ok", "reason": None, "kernel": "6.1.0-28-amd64",
+              "duration_s": 12.5, "replica": {"mkfs_args": ["mke2fs", "-b", "4096"], "mount_options": "data=ordered",
+                                              "adjustments": ["dropped <noload> on " + HOSTILE]},
+              "sweep": {"planned": 32, "completed": 32, "stopped_by": None, "runs": runs, "errors": []},
+              "confirmations": confirmations}
+    return {"host": host, "status": "ran", "reason": None, "mountpoint": mountpoint, "result": result}
+
+
+WAIVERS = waivers_mod.parse({"waivers": [
+    {"rule": "EXT4_DIOREAD_NOLOCK_NODELALLOC", "hosts": ["db-1"], "justification": "TiKV <needs> nodelalloc",
+     "approver": "storage-team", "expires": "2027-06-30"},
+    {"rule": "EXT4_ERRORS_CONTINUE", "hosts": ["db-1"], "justification": "legacy", "approver": "ops",
+     "expires": "2026-01-01"}]})
+
+
+@pytest.fixture(scope="module")
+def hostile_catalog(tmp_path_factory):
+    """The real catalog with markup in one rule's title, rationale and remediation."""
+    rules_dir = tmp_path_factory.mktemp("rules")
+    for name in os.listdir(os.path.join(ROOT, "rules")):
+        shutil.copy(os.path.join(ROOT, "rules", name), str(rules_dir / name))
+    with open(str(rules_dir / "catalog.yml")) as handle:
+        doc = yaml.safe_load(handle)
+    rule = [r for r in doc["rules"] if r["id"] == "EXT4_DATA_WRITEBACK"][0]
+    rule["title"] += " " + RULE_MARKUP
+    rule["rationale"] += " " + RULE_MARKUP
+    rule["remediation"]["steps"] += " " + RULE_MARKUP
+    rule["references"] = rule["references"] + ["javascript:window.__pwned=3"]
+    with open(str(rules_dir / "catalog.yml"), "w") as handle:
+        yaml.safe_dump(doc, handle)
+    catalog = catalog_mod.load(str(rules_dir))
+    catalog.test_rules_dir = str(rules_dir)  # for a second process to load the same
+    return catalog
+
+
+def make_run(run_dir, catalog, with_probe=True, unreachable_incomplete=False):
+    """Host reports and summary as `report` makes them; the raw probe records go to run_dir/probe."""
+    records = [record(HOSTILE, "nobarrier", mountpoint=HOSTILE),
+               record("db-1", "nodelalloc", "data=writeback"),
+               record("gone-2", status="unreachable", reason="ssh: <connect> refused")]
+    probes = {HOSTILE: probe_record(HOSTILE, HOSTILE)} if with_probe else None
+    if with_probe:
+        os.makedirs(os.path.join(run_dir, "probe"), exist_ok=True)
+        reports.write_json(os.path.join(run_dir, "probe", "plan.json"), PLAN)
+        reports.write_json(os.path.join(run_dir, "probe", "host-0.json"), probes[HOSTILE])
+    host_reports = [cli.build_host_report(r, catalog, WAIVERS, "run-1", NOW, probes, PLAN if with_probe else None)
+                    for r in records]
+    summary = reports.summarize(host_reports, "run-1", "high", unreachable_incomplete, NOW)
+    return summary, host_reports
+
+
+@pytest.fixture
+def run(tmp_path, hostile_catalog):
+    run_dir = str(tmp_path / "run-1")
+    summary, host_reports = make_run(run_dir, hostile_catalog)
+    return run_dir, summary, host_reports, hostile_catalog
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory, hostile_catalog):
+    """The page of one run with a probe, rendered once for the tests that only read it."""
+    run_dir = str(tmp_path_factory.mktemp("run") / "run-1")
+    summary, host_reports = make_run(run_dir, hostile_catalog)
+    return report_html.render(summary, host_reports, hostile_catalog, run_dir), summary, hostile_catalog
+
+
+def host_section(page, index):
+    start = page.index('id="h-%d"' % index)
+    end = page.find('<details class="host"', start + 1)
+    return page[start:end if end != -1 else page.index('id="rules"')]
+
+
+# ------------------------------------------------------------------ content
+def test_verdict_comes_first_with_its_reason(rendered):
+    page, summary, catalog = rendered
+    assert summary["verdict"] == "fail"
+    parsed = Page(page)
+    assert parsed.text.lstrip().startswith("ext4 fleet audit, run run-1")
+    assert "Verdict: FAIL" in parsed.text
+    assert parsed.text.index("Verdict: FAIL") < parsed.text.index("Fleet overview")
+    assert summary["reason"] in parsed.text  # e.g. "... EXT4_DATA_WRITEBACK high on db-1"
+    assert 'class="verdict verdict-fail"' in page
+
+
+def test_host_strings_and_rule_text_are_text_never_markup(rendered):
+    page, summary, catalog = rendered
+    parsed = Page(page)
+    # The only script is ours; no element or event handler came from a host or the catalog.
+    assert parsed.scripts == [SCRIPT]
+    assert not [t for t, _ in parsed.tags if t in ("img", "iframe", "object", "embed", "link", "base")]
+    assert not [(t, a) for t, attrs in parsed.tags for a in attrs if a.startswith("on")]
+    assert "window.__pwned=1</script>" not in page and "<img src=x" not in page
+    # ... and all of it is there, exactly, as text: host name, mount point, error, replica note.
+    assert parsed.text.count(HOSTILE) >= 5, parsed.text
+    assert "&lt;script&gt;window.__pwned=1&lt;/script&gt; &#34;q&#34; $(id) `x`\nname" in page
+    assert RULE_MARKUP in parsed.text and "&lt;img src=x onerror=&#34;window.__pwned=2&#34;&gt;" in page
+    assert "ssh: <connect> refused" in parsed.text and "TiKV <needs> nodelalloc" in parsed.text
+    # a javascript: reference is shown, never linked
+    assert "javascript:window.__pwned=3" in parsed.text
+    assert not [a for t, a in parsed.tags if t == "a" and not a["href"].startswith(("#", "https://", "http://"))]
+
+
+def test_content_security_policy_allows_nothing_but_the_inline_script(rendered):
+    page, summary, catalog = rendered
+    metas = [a for t, a in Page(page).tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
+    assert len(metas) == 1
+    policy = dict((d.split()[0], d.split()[1:]) for d in metas[0]["content"].split("; "))
+    digest = base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
+    assert policy["default-src"] == ["'none'"] and policy["script-src"] == ["'sha256-%s'" % digest]
+    assert policy["img-src"] == ["data:"] and policy["base-uri"] == ["'none'"]
+    # the policy sits before anything it governs
+    assert page.index("Content-Security-Policy") < page.index("<style>") < page.index("<script>")
+    # nothing to load: no src attribute, no external reference outside the rules' reading links
+    assert not [a for _, a in Page(page).tags if "src" in a]
+
+
+def test_fleet_table_rows_counts_and_controls(rendered):
+    page, summary, catalog = rendered
+    body = page[page.index('<table id="fleet-table"'):]
+    body = body[:body.index("</table>")]
+    rows = re.findall(r'<tr data-status="([^"]*)" data-worst="(-?\d)"', body)
+    assert rows == [("audited", "2"), ("audited", "3"), ("unreachable", "-1")]  # medium, high, none
+    # without the script the table is complete and the (script-driven) controls stay hidden
+    assert '<div id="fleet-controls" class="controls" hidden>' in page
+    table = Page(body + "</table>").rows
+    assert table[0] == ["host", "status", "worst", "critical", "high", "medium", "low", "info", "waived", "errors",
+                        "probe"]
+    # db-1: data=writeback high, errors=continue info (its waiver expired), nodelalloc waived
+    assert table[2] == ["db-1", "audited", "high", "0", "1", "0", "0", "1", "1", "0", "-"]
+    assert table[1][0] == HOSTILE and table[1][-1] == "ran"
+
+
+def test_findings_waivers_and_expired_waivers_are_marked(rendered):
+    page, summary, catalog = rendered
+    db = Page(host_section(page, 1)).text
+    assert "Waiver (active): TiKV <needs> nodelalloc; approved by storage-team; expires 2027-06-30" in db
+    assert re.search(r"EXT4_DIOREAD_NOLOCK_NODELALLOC .*\n\s*waived\b", db)
+    assert "waiver expired 2026-01-01T00:00:00Z" in db
+    assert "Waiver (expired): legacy; approved by ops; expired 2026-01-01T00:00:00Z" in db
+    # expired waivers are listed at the top too
+    assert page.index('id="expired-waivers"') < page.index('id="fleet"')
+    # a finding carries its evidence, remediation, rationale and references
+    writeback = db[db.index("EXT4_DATA_WRITEBACK"):]
+    assert "opt.data = writeback" in writeback
+    assert catalog.by_id["EXT4_DATA_WRITEBACK"]["remediation"]["steps"] in writeback
+    assert catalog.by_id["EXT4_DATA_WRITEBACK"]["rationale"] in writeback
+    assert catalog.by_id["EXT4_DATA_WRITEBACK"]["references"][0] in writeback
+    # kernel and filesystem facts
+    assert "6.18.44-fc-v669: upstream 6.18.44, vendor mainline" in db
+    assert "journal 64 MiB" in db and "data=writeback" in db
+    gone = Page(host_section(page, 2)).text
+    assert "Not audited (unreachable): ssh: <connect> refused" in gone
+
+
+def test_large_fleets_link_findings_to_one_entry_per_rule(hostile_catalog):
+    summary, host_reports = make_run("/nonexistent", hostile_catalog, with_probe=False)
+    many = [dict(copy.deepcopy(host_reports[1]), host="db-%d" % i) for i in range(report_html.DETAILED_HOSTS + 1)]
+    page = report_html.render(reports.summarize(many, "run-1", "high", True, NOW), many, hostile_catalog)
+    rationale = Page(hostile_catalog.by_id["EXT4_DATA_WRITEBACK"]["rationale"]).text
+    assert page.count('href="#rule-EXT4_DATA_WRITEBACK"') == len(many)
+    assert Page(page).text.count(rationale) == 1  # in the rules section only
+    assert "<details class=\"host\" id=\"h-0\">" in page  # folded
+
+
+# ------------------------------------------------------------------ plots
+def test_probe_plots_for_probed_hosts_only(rendered):
+    page, summary, catalog = rendered
+    probed = host_section(page, 0)
+    assert probed.count("<svg") == 3
+    for title in ("d-span CDF (Chopper Figure 3)", "Factor prioritization (Chopper Figure 4)",
+                  "Tail share per factor level (Chopper Figure 5)"):
+        assert title in probed
+    assert "d-span of a run (bytes, log scale)" in probed and "chance level" in probed
+    assert "<svg" not in host_section(page, 1) and "<svg" not in host_section(page, 2)
+    # the CDF has one step per run: 32 runs, 32 distinct d-spans at most
+    assert "runs (32)" in probed
+
+
+def test_a_run_without_probe_data_draws_nothing_and_never_imports_matplotlib(tmp_path, hostile_catalog):
+    summary, host_reports = make_run(str(tmp_path / "run"), hostile_catalog, with_probe=False)
+    path = tmp_path / "inputs.json"
+    path.write_text(json.dumps([summary, host_reports]))
+    code = ("import json, sys; from ext4audit import html; s, h = json.load(open(sys.argv[1])); "
+            "page = html.render(s, h); assert '<svg' not in page and 'verdict-fail' in page; "
+            "assert 'matplotlib' not in sys.modules, 'matplotlib imported'")
+    result = subprocess.run([sys.executable, "-c", code, str(path)], cwd=ROOT, stderr=subprocess.PIPE)
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+
+
+def test_svg_text_is_escaped_and_math_stays_text():
+    ranked = [{"factor": HOSTILE, "s": 0.5, "noise_floor": 0.1, "levels": 2}]
+    mapping = {"tail_runs": 3, "factors": {HOSTILE: {"$x$ <b>1</b>": {"runs": 10, "tail_share": 0.2},
+                                                     "2": {"runs": 20, "tail_share": 0.05}}}}
+    for svg in (plots.tail_share(mapping, ranked, 30, "t"), plots.prioritization(ranked, "p")):
+        assert "<script" not in svg and "<b>" not in svg
+        assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in svg
+    assert "$x$ &lt;b&gt;1&lt;/b&gt;" in plots.tail_share(mapping, ranked, 30, "t")
+
+
+def test_level_order_is_natural():
+    labels = ["1 GiB", "256 MiB", "10", "2", "1", "[0, 2, 1, 3]", "[0, 1, 2, 3]", "0.5"]
+    assert sorted(labels, key=plots._level_order) == ["0.5", "1", "2", "10", "256 MiB", "1 GiB",
+                                                      "[0, 1, 2, 3]", "[0, 2, 1, 3]"]
+
+
+def test_kernel_gate_comparison_is_drawn_when_the_run_has_one(run):
+    run_dir, summary, host_reports, catalog = run
+    base, cand = probe_record("base", "/"), probe_record("cand", "/", scale=3)
+    plan_id = "seed 1, 32 runs, short levels"
+    gate = kernel_gate.evaluate({"host": "base", "record": base, "report": None},
+                                {"host": "cand <i>", "record": cand, "report": None}, (plan_id, plan_id))
+    assert gate["verdict"] == "fail", gate["reason"]
+    reports.write_json(os.path.join(run_dir, "kernel_gate.json"), gate)
+    page = report_html.render(summary, host_reports, catalog, run_dir)
+    section = page[page.index('id="kernel-gate"'):page.index('id="hosts"')]
+    assert "FAIL" in section and section.count("<svg") == 1 and "cand &lt;i&gt;" in section
+    assert "confirmation ratios (risky / safe)" in section
+    with open(os.path.join(run_dir, "kernel_gate.json"), "w") as handle:
+        handle.write("{truncated")
+    page = report_html.render(summary, host_reports, catalog, run_dir)
+    assert "kernel_gate.json could not be read" in Page(page).text
+
+
+def test_baseline_diff_is_shown(run):
+    run_dir, summary, host_reports, catalog = run
+    summary = dict(summary, baseline={
+        "run_id": "run-0", "new": [{"host": "db-1", "rule": "EXT4_DATA_WRITEBACK", "device": "/dev/loop0",
+                                    "mountpoint": "/data", "severity": "high", "why": "new", "waived": False}],
+        "resolved": [{"host": HOSTILE, "rule": "EXT4_INODE_128", "device": "/dev/loop0", "mountpoint": HOSTILE,
+                      "severity": "low"}],
+        "persisting": 4, "hosts_added": ["gone-2"], "hosts_removed": ["old <host>"], "hosts_not_compared": []})
+    page = report_html.render(summary, host_reports, catalog, run_dir)
+    section = Page(page[page.index('<section id="baseline">'):page.index('<section id="hosts">')]).text
+    assert "1 new, 1 resolved, 4 persisting." in section
+    assert "Hosts added (1): gone-2" in section and "Hosts removed (1): old <host>" in section
+    rows = Page(page[page.index('<section id="baseline">'):page.index('<section id="hosts">')]).rows
+    assert rows[1:] == [["new", "db-1", "EXT4_DATA_WRITEBACK", "high", "/data", "/dev/loop0"],
+                        ["resolved", HOSTILE, "EXT4_INODE_128", "low", HOSTILE, "/dev/loop0"]]
+
+
+# ------------------------------------------------------------------ determinism, the command, scale
+def test_output_is_deterministic_across_processes(run):
+    run_dir, summary, host_reports, catalog = run
+    first = report_html.render(summary, host_reports, catalog, run_dir)
+    assert report_html.render(summary, host_reports, catalog, run_dir) == first
+    path = os.path.join(run_dir, "inputs.json")
+    with open(path, "w") as handle:
+        json.dump([summary, host_reports], handle)
+    code = ("import json, sys; from ext4audit import html, catalog; s, h = json.load(open(sys.argv[1])); "
+            "sys.stdout.write(html.render(s, h, catalog.load(sys.argv[2]), sys.argv[3]))")
+    result = subprocess.run([sys.executable, "-c", code, path, catalog.test_rules_dir, run_dir], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONHASHSEED="12345"))
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    assert result.stdout.decode() == first
+    assert "<dc:date>" not in first and "2026-11-21T12:00:00Z" in first  # the run's stamp, not the clock
+
+
+def test_report_and_kernel_gate_commands_write_report_html(tmp_path):
+    run_dir = tmp_path / "reports" / "run-7"
+    os.makedirs(str(run_dir / "facts"))
+    for index, doc in enumerate([record(HOSTILE, "nobarrier", mountpoint=HOSTILE), record("web-1")]):
+        reports.write_json(str(run_dir / "facts" / ("%d.json" % index)), doc)
+    reports.write_json(str(run_dir / "probe" / "plan.json"), PLAN)
+    reports.write_json(str(run_dir / "probe" / "a.json"), probe_record(HOSTILE, HOSTILE))
+    reports.write_json(str(run_dir / "probe" / "b.json"), probe_record("web-1", "/data", scale=3))
+    command = [os.path.join(VENV_BIN, "python"), "-m", "ext4audit"]
+    result = subprocess.run(command + ["report", str(run_dir)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert result.returncode == 0, result.stderr.decode()[-2000:] + result.stdout.decode()[-2000:]
+    page = (run_dir / "report.html").read_text()
+    parsed = Page(page)
+    assert "Verdict: PASS" in parsed.text and HOSTILE in parsed.text and parsed.scripts == [SCRIPT]
+    assert page.count("<svg") == 6 and 'id="kernel-gate"' not in page
+    # the kernel gate draws the page again with its comparison (web-1's d-spans are 3 times larger)
+    result = subprocess.run(command + ["kernel-gate", str(run_dir), "--baseline", HOSTILE, "--candidate", "web-1"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert result.returncode == 1, result.stderr.decode()[-2000:] + result.stdout.decode()[-2000:]
+    page = (run_dir / "report.html").read_text()
+    assert 'id="kernel-gate"' in page and page.count("<svg") == 7 and "Verdict: PASS" in Page(page).text
+    assert not [p for p in os.listdir(str(run_dir)) if p.startswith(".tmp-")]
+
+
+def test_one_thousand_hosts(tmp_path, hostile_catalog, capsys):
+    """Scale: 1,000 synthetic hosts (three kinds of finding sets) streamed to a file."""
+    summary, host_reports = make_run(str(tmp_path / "run"), hostile_catalog, with_probe=False)
+    fleet = [dict(copy.deepcopy(host_reports[i % 3]), host="host-%04d" % i) for i in range(1000)]
+    summary = reports.summarize(fleet, "run-1", "high", True, NOW)
+    path = str(tmp_path / "report.html")
+    started = time.monotonic()
+    report_html.write(path, summary, fleet, hostile_catalog)
+    seconds = time.monotonic() - started
+    size = os.path.getsize(path)
+    with capsys.disabled():
+        print("\nreport.html for 1,000 hosts: %.2f s, %.1f MiB" % (seconds, size / 2 ** 20))
+    page = open(path, encoding="utf-8").read()
+    assert page.count('<tr data-status=') == 1000 and page.count('<details class="host"') == 1000
+    assert page.rstrip().endswith("</html>")
+    assert size < 10 * 2 ** 20, size
+    assert seconds < 30, seconds  # about 0.3 s here; only a pathological slowdown trips this
