@@ -125,7 +125,7 @@ def finish(summary, host_reports, run_dir, reports_dir, catalog=None, rules_dir=
     """Write the fleet files, move `latest`, print the table, return the exit code. catalog (loaded
     from rules_dir when not given) and inventory (its host_vars files) are for report.sarif."""
     reports.write_json(os.path.join(run_dir, "summary.json"), summary)
-    reports.write_atomic(os.path.join(run_dir, "junit.xml"), reports.junit(host_reports, summary["policy"]["fail_on"]))
+    reports.write_junit(os.path.join(run_dir, "junit.xml"), host_reports, summary["policy"]["fail_on"])
     reports.write_atomic(os.path.join(run_dir, "summary.md"), reports.markdown(summary, host_reports))
     sarif.write(os.path.join(run_dir, "report.sarif"), summary, host_reports, catalog or catalog_mod.load(rules_dir),
                 os.path.join(rules_dir, "catalog.yml"), inventory)
@@ -156,7 +156,8 @@ def cmd_report(args):
                     for path in records]
     diff = baseline_mod.compare(host_reports, base) if base else None
     for report in host_reports:
-        reports.write_json(os.path.join(args.run_dir, "hosts", reports.safe_name(report["host"]) + ".json"), report)
+        reports.write_json(os.path.join(args.run_dir, "hosts", reports.safe_name(report["host"]) + ".json"), report,
+                           compact=True, durable=False)  # flushed to disk once, before `latest` moves
     summary = reports.summarize(host_reports, run_id, args.fail_on, args.unreachable_incomplete, now,
                                 baseline=diff, fail_on_new=args.fail_on_new)
     return finish(summary, host_reports, args.run_dir, os.path.dirname(os.path.normpath(args.run_dir)),
@@ -172,8 +173,35 @@ def load_host_reports(run_dir):
         report = reports.read_json(path, "host report")
         if not isinstance(report, dict) or report.get("schema") != reports.HOST_SCHEMA:
             raise reports.ReportError("%s is not a %s document" % (path, reports.HOST_SCHEMA))
+        check_host_report(report, path)
         loaded.append(report)
     return loaded
+
+
+def check_host_report(report, path):
+    """The parts of a host report the gate re-reads, checked: a hand-edited or foreign file is a
+    clear error (exit 2), never a traceback."""
+    _check(isinstance(report.get("host"), str) and report["host"] and isinstance(report.get("status"), str),
+           path, "no host name or status string")
+    _check(report.get("groups") is None or _list_of(report["groups"], str), path, "groups is not a list of names")
+    _check(_list_of(report.get("findings"), dict), path, "findings is missing or not a list of objects")
+    for key in ("undetermined", "errors", "expired_waivers"):
+        _check(_list_of(report.get(key) or [], dict), path, "%s is not a list of objects" % key)
+    for number, finding in enumerate(report["findings"], 1):
+        waiver = finding.get("waiver")
+        _check(isinstance(finding.get("rule"), str) and finding.get("severity") in SEVERITIES
+               and isinstance(finding.get("waived"), bool)
+               and (waiver is None or (isinstance(waiver, dict) and isinstance(waiver.get("expires"), str)))
+               and (waiver is not None or not finding["waived"]),
+               path, "finding #%d has no rule, a severity that is not one of %s, or a bad waived/waiver pair"
+               % (number, ", ".join(SEVERITIES)))
+    section = report.get("probe")
+    _check(section is None or (isinstance(section, dict) and isinstance(section.get("status"), str)
+                               and _list_of(section.get("confirmations"), dict)
+                               and all(isinstance(c.get("id"), str) for c in section["confirmations"])
+                               and isinstance(section.get("errors"), list)
+                               and (section.get("sweep") is None or isinstance(section["sweep"], dict))),
+           path, "the probe section is not an object with a status, confirmations and errors")
 
 
 def cmd_gate(args):
@@ -319,7 +347,8 @@ def main(argv=None):
     p.set_defaults(func=cmd_plan)
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        with reports.no_gc():
+            return args.func(args)
     except (catalog_mod.CatalogError, waivers_mod.WaiverError, reports.ReportError, probe.ProbeError,
             OSError) as exc:
         print("error: %s" % exc, file=sys.stderr)

@@ -5,6 +5,7 @@ needs could not be read, or a kernel version cannot be compared). None never rai
 it becomes an "undetermined" entry that says which facts were missing.
 """
 
+import operator
 import re
 
 import ext4_parsers
@@ -57,11 +58,13 @@ def host_context(facts):
 
 
 class Evaluation:
-    """One predicate evaluation: its result plus the facts it looked at (the evidence)."""
+    """One predicate evaluation: its result plus the facts it looked at (the evidence).
+    issue_cache: kernel-issue results of this host's kernel, shared by its evaluations."""
 
-    def __init__(self, context, kernel_issues):
+    def __init__(self, context, kernel_issues, issue_cache=None):
         self.context = context
         self.kernel_issues = kernel_issues
+        self.issue_cache = {} if issue_cache is None else issue_cache
         self.evidence = {}
         self.missing = []
 
@@ -90,8 +93,10 @@ class Evaluation:
             return None if result is None else not result
         if "kernel_issue" in pred:
             issue_id = pred["kernel_issue"]
-            result = kernel_version.in_range(self.context.get("kernel") or {},
-                                             self.kernel_issues[issue_id]["affected"])
+            if issue_id not in self.issue_cache:
+                self.issue_cache[issue_id] = kernel_version.in_range(self.context.get("kernel") or {},
+                                                                     self.kernel_issues[issue_id]["affected"])
+            result = self.issue_cache[issue_id]
             self.evidence["kernel_issue." + issue_id] = result
             if result is None:
                 self.missing.append("kernel_issue.%s (kernel %s cannot be compared)"
@@ -124,11 +129,11 @@ def _compare(op, actual, expected):
         actual, expected = order, 0
     elif not isinstance(actual, bool) and _number(actual) is not None and _number(expected) is not None:
         actual, expected = _number(actual), _number(expected)
-    return {
-        "eq": lambda: actual == expected, "ne": lambda: actual != expected,
-        "lt": lambda: actual < expected, "lte": lambda: actual <= expected,
-        "gt": lambda: actual > expected, "gte": lambda: actual >= expected,
-    }[op]()
+    return _OPERATORS[op](actual, expected)
+
+
+_OPERATORS = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "lte": operator.le,
+              "gt": operator.gt, "gte": operator.ge}
 
 
 def _format_fields(fs, facts, context):
@@ -166,21 +171,28 @@ def evaluate_host(facts, catalog):
         "filesystem": [(fs, filesystem_context(fs, facts)) for fs in facts.get("filesystems") or []],
         "netfs": [(fs, {"fs": fs, "kernel": facts.get("kernel") or {}}) for fs in facts.get("netfs") or []],
     }
+    # Per host, computed once: each target's location and message fields, its kernel's issues.
+    wheres = dict((id(fs), {"mountpoint": (fs or {}).get("mountpoint"),
+                            "device": (fs or {}).get("device") or (fs or {}).get("source")})
+                  for scope in targets.values() for fs, _ in scope)
+    fields_of, issues = {}, {}
     for rule in catalog.rules:
         for fs, context in targets[rule["scope"]]:
-            check = Evaluation(context, catalog.kernel_issues)
+            check = Evaluation(context, catalog.kernel_issues, issues)
             result = check.test(rule["when"])
-            where = {"mountpoint": (fs or {}).get("mountpoint"), "device": (fs or {}).get("device") or (fs or {}).get("source")}
+            where = wheres[id(fs)]
             if result is None:
                 undetermined.append(dict(where, rule=rule["id"], missing=sorted(set(check.missing))))
                 continue
             if not result:
                 passed.append(dict(where, rule=rule["id"]))
                 continue
-            fields = _format_fields(fs, facts, context)
+            if id(fs) not in fields_of:
+                fields_of[id(fs)] = _format_fields(fs, facts, context)
+            fields = fields_of[id(fs)]
             severity, because = rule["severity"], None
             for step in rule.get("escalate") or []:
-                if Evaluation(context, catalog.kernel_issues).test(step["when"]) and \
+                if Evaluation(context, catalog.kernel_issues, issues).test(step["when"]) and \
                         severity_rank(step["severity"]) > severity_rank(severity):
                     severity, because = step["severity"], step["because"].format(**fields).strip()
                     break

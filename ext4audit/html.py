@@ -23,13 +23,14 @@ from markupsafe import Markup
 from . import SEVERITIES, probe, reports, severity_rank
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
-# Per-host pictures cost about 0.1 s each to draw and 20-40 KiB of page: a fleet where the probe
-# ran on more hosts gets them for the first ones (their numbers are in the page for all).
-MAX_PLOTTED_HOSTS = 20
+# A probed host's three pictures take about 0.3 s to draw and 80 KiB of page: a fleet where the
+# probe ran on more hosts gets them for the first ones (every host's numbers are in the page).
+MAX_PLOTTED_HOSTS = 10
 # Fleets up to this size show every host unfolded, each finding with its rule's rationale,
 # remediation and references; larger ones link each finding to its rule's entry (one per rule),
 # which keeps 10,000 hosts to tens of MiB.
 DETAILED_HOSTS = 20
+KERNEL_GATE_SCHEMA = "ext4-fleet-audit/kernel-gate/v1"  # kernel_gate.SCHEMA; that module loads scipy
 
 
 @functools.lru_cache(maxsize=None)
@@ -47,8 +48,7 @@ def _environment():
     # ChainableUndefined: an optional field missing from an older or partial report renders empty
     env = Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                       undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(bytes=lambda v: "-" if v is None else probe.human_bytes(v), num=_num,
-                       pct=lambda v: "-" if v is None else "%.0f%%" % (100 * v), json=_json, link=_link)
+    env.filters.update(bytes=lambda v: "-" if v is None else probe.human_bytes(v), num=_num, json=_json, link=_link)
     return env
 
 
@@ -137,8 +137,8 @@ def _kernel_gate(run_dir):
         return None, None, None
     try:
         gate = reports.read_json(path, "kernel gate report")
-        if not isinstance(gate, dict) or gate.get("schema") != "ext4-fleet-audit/kernel-gate/v1":
-            raise reports.ReportError("%s is not a kernel-gate/v1 document" % path)
+        if not isinstance(gate, dict) or gate.get("schema") != KERNEL_GATE_SCHEMA:
+            raise reports.ReportError("%s is not a %s document" % (path, KERNEL_GATE_SCHEMA))
         from . import plots
 
         return gate, plots.kernel_gate(gate, "kernel-gate"), None
@@ -147,12 +147,19 @@ def _kernel_gate(run_dir):
         return None, None, str(exc)
 
 
+def _fails(finding, policy):
+    """Whether the finding fails the gate as reports.verdict counts it (with fail_on_new: only
+    findings new since the baseline)."""
+    return reports.failing(finding, policy["fail_on"]) and (
+        not policy.get("fail_on_new") or finding.get("baseline") == "new")
+
+
 def _rows_and_hosts(summary, host_reports, run_dir):
     """The overview rows and the per-host views (findings worst first, probe plots drawn)."""
     probed = [r["host"] for r in host_reports if ((r.get("probe") or {}).get("sweep") or {}).get("runs_completed")]
     plotted = set(probed[:MAX_PLOTTED_HOSTS])
     dspans = _dspans(run_dir, plotted) if plotted else {}
-    rows, hosts = [], []
+    rows, hosts, policy = [], [], summary["policy"]
     for index, report in enumerate(host_reports):
         findings = sorted(report["findings"], key=lambda f: (-severity_rank(f["severity"]), f["rule"],
                                                              f.get("mountpoint") or ""))
@@ -161,7 +168,7 @@ def _rows_and_hosts(summary, host_reports, run_dir):
         row = {"index": index, "host": report["host"], "status": report["status"], "worst": worst,
                "worst_rank": severity_rank(worst) if worst else -1, "counts": _severity_counts(findings),
                "waived": len(findings) - len(unwaived),
-               "failing": sum(reports.failing(f, summary["policy"]["fail_on"]) for f in findings),
+               "failing": sum(_fails(f, policy) for f in findings),
                "errors": len(report.get("errors") or []), "probe": (report.get("probe") or {}).get("status")}
         rows.append(row)
         view = _probe_view(report["probe"], dspans.get(report["host"]), index) if report["host"] in plotted else None

@@ -98,9 +98,9 @@ def _rule_descriptor(rule):
     return descriptor
 
 
-def _result(host, finding, rule_index, lines, catalog_uri, inventory, with_baseline):
+def _result(host, finding, rule_index, lines, catalog_uri, uri, with_baseline):
+    """uri: the host's host_vars file (None: the rule's catalog entry)."""
     logical = host + (":" + finding["mountpoint"] if finding.get("mountpoint") else "")
-    uri = _host_vars(inventory, host)
     physical = {"artifactLocation": {"uri": uri, "uriBaseId": SRCROOT}} if uri else {
         "artifactLocation": {"uri": catalog_uri, "uriBaseId": SRCROOT},
         "region": {"startLine": lines.get(finding["rule"], 1)}}
@@ -165,8 +165,9 @@ def write(path, summary, host_reports, catalog, catalog_path=None, inventory=Non
         out.write(head + '"results": [')
         first = True
         for report in host_reports:
+            uri = _host_vars(inventory, report["host"]) if report["findings"] else None
             for finding in report["findings"]:
                 out.write(("" if first else ",\n") + json.dumps(_result(
-                    report["host"], finding, index.get(finding["rule"]), lines, catalog_uri, inventory, with_baseline)))
+                    report["host"], finding, index.get(finding["rule"]), lines, catalog_uri, uri, with_baseline)))
                 first = False
         out.write("]" + tail + "\n")

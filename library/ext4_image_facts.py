@@ -185,18 +185,30 @@ class ImageReader:
                 self.raw = self.qcow2_to_raw(path, workdir)
             else:
                 self.raw = path
+            if "?" in self.raw:
+                raise ImageError("path %r holds '?', which e2fsprogs reads as the start of I/O options" % self.raw)
             self.read_image(facts)
         except ImageError as exc:
             self.error("image", str(exc))
+        except (IOError, OSError) as exc:  # the work folder or a controller file
+            self.error("image", "%s: %s" % (getattr(exc, "filename", None) or "image", exc.strerror or exc))
         finally:
             if workdir:
                 shutil.rmtree(workdir, ignore_errors=True)
+        if facts["kernel"] is None:  # the schema has a kernel object: one whose versions are unknown
+            os_release = facts["image"]["os_release"] or {}
+            facts["kernel"] = {"release": None, "vendor": None, "upstream": None, "vendor_version": None,
+                               "backports": False, "notes": ["no kernel could be read from the image"],
+                               "proc_version": None, "version_signature": None,
+                               "os_release": self.os_release_subset(os_release), "page_size": 4096, "source": "image"}
         return facts
+
+    @staticmethod
+    def os_release_subset(os_release):
+        return dict((k, os_release[k]) for k in ("ID", "ID_LIKE", "VERSION_ID", "PRETTY_NAME") if k in os_release)
 
     def check_image(self, path):
         """The format, after refusing what is not a readable regular image file."""
-        if "?" in path:
-            raise ImageError("image path %r holds '?', which e2fsprogs reads as the start of I/O options" % path)
         try:
             st = os.stat(path)
             if not stat.S_ISREG(st.st_mode):
@@ -517,8 +529,7 @@ class ImageReader:
         info.update({
             "proc_version": proc_version,
             "version_signature": None,
-            "os_release": dict((k, os_release[k]) for k in ("ID", "ID_LIKE", "VERSION_ID", "PRETTY_NAME")
-                               if k in os_release),
+            "os_release": self.os_release_subset(os_release),
             "page_size": 4096,  # x86, the only kernel format read here
             "source": "image",
         })

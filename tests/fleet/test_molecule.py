@@ -27,7 +27,7 @@ HELPER = os.path.join(ROOT, "testhosts", "fleet", "fleet_host.py")
 # Each scenario's time limit in seconds. kernels: a cold image build, two TCG boots and three
 # probe runs, on a machine other tests may load (measured 7-15 min).
 TIMEOUTS = {"default": 1200, "fleet": 1200, "kernels": 3600}
-# The kernels scenario's VM run folder (molecule/kernels/vars/scenario.yml: scenario_vm_run_dir) and results.
+# The kernels scenario's VM run folder and results (molecule/kernels/vars/scenario.yml).
 KERNELS_VMS = os.path.join(ROOT, ".cache", "testhosts", "vm", "run-molecule-kernels")
 KERNELS_RESULTS = os.path.join(ROOT, ".cache", "molecule", "kernels")
 VM_TOOLS = ["/usr/bin/qemu-system-x86_64", "/usr/bin/qemu-img", "/usr/sbin/debootstrap"]
@@ -40,30 +40,41 @@ MADE = {
 ESSENTIAL = re.compile(r"fatal:|FAILED!|ERROR|CRITICAL|Traceback|AssertionError|^E\s|^FAILED |"
                        r"\bfailed=[1-9]|\bunreachable=[1-9]|Timeout|timed out")
 NOISE = re.compile(r"FAILED - RETRYING")   # vm_up.yml's wait for SSH: progress, not an error
-# Molecule's line at the start of each step, e.g. "INFO     kernels ➜ converge: Executing".
-STEP = re.compile(r"^INFO\s+(\w+) \S+ (\w+): Executing")
-# Molecule frames each command's output in a box: "  │ fatal: ...".
+# Molecule's line at the start of each step, e.g. "INFO     [kernels > converge] Executing".
+STEP = re.compile(r"^INFO\s+\[\w+ > (\w+)\] Executing")
+# On a terminal Molecule frames each command's output in a box ("  │ fatal: ..."); not in CI.
 BOX = re.compile(r"^\s*[│┌└]\s?")
 
 
-def essential_first(output, context=6, most=70, tail=30):
-    """The lines that say what failed (each with a few after it: Ansible prints a task's
-    details below its `fatal:` line), then the end of the output. CI logs keep ~160 lines."""
-    lines = output.splitlines()
-    keep = []
+def what_failed(output, context=4, most=40, tail=20):
+    """(first error with the step it came in, the error lines each with a few after it, the end of
+    the output). Ansible prints a task's details below its `fatal:` line. CI logs keep ~160 lines,
+    so this stays short and says the essential first."""
+    lines = [BOX.sub("", line)[:300] for line in output.splitlines()]
+    keep, seen, first, step = [], set(), None, None
     for number, line in enumerate(lines):
-        line = BOX.sub("", line)
+        match = STEP.match(line)
+        if match and first is None:
+            step = match.group(1)
         if ESSENTIAL.search(line) and not NOISE.search(line):
-            keep.extend(n for n in range(number, min(number + context + 1, len(lines))) if n not in keep)
-    picked = [lines[n][:300] for n in keep[:most]]
-    return "\n".join(["--- essential lines (%d of %d) ---" % (len(picked), len(keep))] + picked
-                     + ["--- last %d lines ---" % tail] + [line[:300] for line in lines[-tail:]])
+            if first is None:
+                first = "in step %s: %s" % (step, line.strip())
+            for n in range(number, min(number + context + 1, len(lines))):
+                # A nested run's output comes twice (stdout, stdout_lines): keep each line once.
+                text = lines[n].strip().lstrip("- ").strip("'\"")
+                if n not in keep and (text not in seen or not text):
+                    keep.append(n)
+                    seen.add(text)
+    return "\n".join(["first error " + (first or "(none recognised)"),
+                      "--- error lines (%d of %d) ---" % (min(most, len(keep)), len(keep))]
+                     + [lines[n] for n in keep[:most]] + ["--- last %d lines ---" % tail] + lines[-tail:])
 
 
 def leftovers(scenario):
     if scenario == "kernels":
         return {"qemu": live_processes_mentioning(KERNELS_VMS),
-                "run folder": sorted(glob.glob(os.path.join(KERNELS_VMS, "**"), recursive=True))}
+                "run folder (overlays)": sorted(glob.glob(os.path.join(KERNELS_VMS, "**"), recursive=True))
+                if os.path.exists(KERNELS_VMS) else []}
     return json.loads(run([sys.executable, HELPER, "status"] + MADE[scenario]))
 
 
@@ -92,14 +103,18 @@ def molecule(action, scenario, timeout):
     proc = subprocess.Popen([os.path.join(VENV_BIN, "molecule"), action, "-s", scenario], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     lines, steps = [], []
+    log_path = os.path.join(ROOT, ".cache", "molecule", "%s-%s.log" % (scenario, action))
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
 
     def read():
-        for raw in proc.stdout:
-            line = raw.decode(errors="replace").rstrip("\n")
-            lines.append(line)
-            match = STEP.match(line)
-            if match:
-                steps.append((match.group(2), time.monotonic()))
+        with open(log_path, "w") as log:   # the whole output, for a look afterwards
+            for raw in proc.stdout:
+                line = raw.decode(errors="replace").rstrip("\n")
+                lines.append(line)
+                log.write(line + "\n")
+                match = STEP.match(line)
+                if match:
+                    steps.append((match.group(1), time.monotonic()))
 
     # A reader thread, so that the timeout holds even while a step prints nothing for long.
     reader = threading.Thread(target=read, daemon=True)
@@ -128,17 +143,20 @@ def test_molecule_scenario(scenario, record_property):
     if rc is None:
         # Killed: whatever it had started must still go (VMs above all).
         destroy_rc, destroy_output, _, _ = molecule("destroy", scenario, 900)
-        pytest.fail("TIMEOUT: molecule test -s %s ran past %d s and was killed; then molecule destroy: rc=%s, "
-                    "left behind: %s\n%s\n--- molecule destroy ---\n%s" % (
-                        scenario, TIMEOUTS[scenario], destroy_rc, leftovers(scenario), essential_first(output),
-                        essential_first(destroy_output, tail=15)))
-    assert rc == 0, "molecule test -s %s failed (rc=%d)\n%s" % (scenario, rc, essential_first(output))
-    assert "Verifier completed successfully" in output, essential_first(output)
+        pytest.fail("TIMEOUT: molecule test -s %s ran past %d s and was killed; molecule destroy then: rc=%s, "
+                    "left behind: %s; %s\n--- molecule destroy ---\n%s" % (
+                        scenario, TIMEOUTS[scenario], destroy_rc, leftovers(scenario), what_failed(output),
+                        what_failed(destroy_output, most=10, tail=10)), pytrace=False)
+    if rc != 0 or "Verifier completed successfully" not in output:
+        # pytrace=False: no test source in the log, the message alone (whole output: .cache/molecule/)
+        pytest.fail("molecule test -s %s: rc=%d, %s" % (scenario, rc, what_failed(output)), pytrace=False)
 
     left = leftovers(scenario)
     assert not any(left.values()), "left behind by molecule test -s %s: %s" % (scenario, left)
     if scenario == "kernels":
-        print(kernel_gate_numbers())
+        numbers = kernel_gate_numbers()
+        record_property("kernel_gates", numbers)
+        print(numbers)
 
 
 def kernel_gate_numbers():

@@ -112,6 +112,17 @@ def test_report_in_headless_chromium(loopfs, tmp_path, browser):
         "return Array.from(document.querySelectorAll('figure.plot svg')).map(s => s.getBoundingClientRect().width)")
     assert len(sizes) == 3 and min(sizes) > 300, sizes
 
+    # A screenshot of the whole page, kept with the test's files.
+    height = browser.execute_script("return document.documentElement.scrollHeight")
+    browser.set_window_size(1280, min(height, 12000))
+    shot = tmp_path / "report.png"
+    assert browser.save_screenshot(str(shot))
+    print("screenshot: %s (%d KiB)" % (shot, shot.stat().st_size // 1024))
+    with Image.open(str(shot)) as image:
+        assert image.format == "PNG" and image.width >= 1000 and image.height >= 1000, image.size
+        colours = image.convert("RGB").resize((64, 64)).getcolors(4096)
+        assert len(colours) > 20, "the screenshot is almost one colour: nothing rendered?"
+
     # Sorting: by worst severity (worst first), then by host name.
     assert fleet_hosts(browser) == ["gone-1", "localhost"]
     headers = browser.find_elements(By.CSS_SELECTOR, "#fleet-table thead th button")
@@ -131,14 +142,3 @@ def test_report_in_headless_chromium(loopfs, tmp_path, browser):
     Select(browser.find_element(By.ID, "filter-worst")).select_by_value("-1")
     browser.find_element(By.ID, "filter-host").send_keys("gone")
     assert fleet_hosts(browser) == ["gone-1"]
-
-    # A screenshot of the whole page, kept with the test's files.
-    height = browser.execute_script("return document.documentElement.scrollHeight")
-    browser.set_window_size(1280, min(height, 12000))
-    shot = tmp_path / "report.png"
-    assert browser.save_screenshot(str(shot))
-    print("screenshot: %s (%d KiB)" % (shot, shot.stat().st_size // 1024))
-    with Image.open(str(shot)) as image:
-        assert image.format == "PNG" and image.width >= 1000 and image.height >= 1000, image.size
-        colours = image.convert("RGB").resize((64, 64)).getcolors(4096)
-        assert len(colours) > 20, "the screenshot is almost one colour: nothing rendered?"

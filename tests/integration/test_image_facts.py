@@ -268,7 +268,8 @@ def test_bare_filesystem_and_boot_files(bare_image, tmp_path):
     chosen = image_facts(tmp_path / "again", image=bare_image["path"], boot_kernel=K612[0])
     assert chosen["image"]["boot_kernel"] == {"release": K612[0], "why": "chosen (boot_kernel)"}
     missing = image_facts(tmp_path / "missing", image=bare_image["path"], boot_kernel="9.9.9")
-    assert "boot_kernel '9.9.9' is not in the image" in reasons(missing) and missing["kernel"] is None
+    assert "boot_kernel '9.9.9' is not in the image" in reasons(missing)
+    assert missing["kernel"]["release"] is None and missing["kernel"]["upstream"] is None
 
 
 def test_hostile_names_are_refused_and_nothing_is_written(tmp_path):
@@ -314,7 +315,17 @@ def test_unreadable_images_give_one_clear_error(tmp_path, make, message):
     facts = image_facts(tmp_path, image=path)
     assert len(facts["errors"]) == 1 and facts["errors"][0]["where"] == "image", facts["errors"]
     assert message in facts["errors"][0]["reason"]
-    assert facts["filesystems"] == [] and facts["kernel"] is None and facts["image"]["root"] is None
+    assert facts["filesystems"] == [] and facts["image"]["root"] is None
+    assert facts["kernel"]["release"] is None  # the schema's kernel object, versions unknown
+
+
+def test_a_question_mark_in_the_path_is_refused(bare_image, tmp_path):
+    """e2fsprogs reads what follows '?' as I/O options (that is how the offset is passed)."""
+    odd = str(tmp_path / "odd?offset=4096.raw")
+    run(["cp", "--sparse=always", bare_image["path"], odd])
+    facts = image_facts(tmp_path, image=odd)
+    assert "holds '?', which e2fsprogs reads as the start of I/O options" in reasons(facts)
+    assert facts["filesystems"] == []
 
 
 def test_qcow2_with_a_backing_file_is_refused(bare_image, tmp_path):
@@ -342,3 +353,23 @@ def test_offline_precheck_playbook(mbr_image, tmp_path):
     assert ("EXT4_INODE_128", "/data") in [(f["rule"], f["mountpoint"]) for f in report["findings"]]
     assert [h["host"] for h in summary["hosts"]] == ["golden-offline"], summary["hosts"]
     assert os.listdir(work) == []  # the work folder is removed
+
+
+def test_offline_precheck_of_an_image_without_kernels(tmp_path):
+    """No kernel in /boot: the offline host is still audited (its kernel's versions unknown, the
+    kernel rules undetermined), and under --check the boot is skipped."""
+    tree = make_tree(str(tmp_path / "tree"), fstab="/dev/vda / ext4 defaults 0 1\n", kernels=())
+    disk = str(tmp_path / "no-kernel.raw")
+    mkfs(disk, tree, "32M")
+    reports = tmp_path / "reports"
+    rc, out = ansible_playbook("--check", "playbooks/ami_precheck.yml", "-e", json.dumps({
+        "image": disk, "ext4_audit_reports_dir": str(reports), "ami_precheck_name": "bare",
+        "ami_precheck_ssh_key": str(tmp_path / "unused-key"), "ami_precheck_work_parent": str(tmp_path)}))
+    assert (reports / "latest" / "summary.json").exists(), out[-3000:]
+    summary = load_json(str(reports / "latest" / "summary.json"))
+    assert [h["host"] for h in summary["hosts"]] == ["bare-offline"], summary["hosts"]  # not booted under --check
+    report = load_json(str(reports / "latest" / "hosts" / "bare-offline.json"))
+    assert report["status"] == "audited" and report["kernel"]["release"] is None
+    assert [e for e in report["errors"] if e["reason"] == "no readable kernel (vmlinuz-*) in /boot"], report["errors"]
+    assert "KERNEL_DIO_CORRUPTION_6_1_64" in [u["rule"] for u in report["undetermined"]]
+    assert (rc == 0) == (summary["verdict"] == "pass"), (rc, summary["verdict"])

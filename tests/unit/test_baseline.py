@@ -5,9 +5,11 @@ import json
 import os
 
 import pytest
+import yaml
 
+from conftest import ROOT
 from ext4audit import baseline, reports
-from test_reports import HOSTILE, NOW, cli, write_run
+from test_reports import HOSTILE, cli, write_run
 from test_rules import facts, with_options
 
 
@@ -236,3 +238,18 @@ def test_terminal_table_is_short_escaped_and_ends_with_the_verdict():
     assert lines[12].startswith("since baseline run-0: 1 new, 0 resolved, 5 persisting; hosts added: evil\\n")
     assert lines[-1] == "verdict: incomplete: 1 host(s) not audited (x\\ny)"
     assert "\x1b" not in text and len(lines) == 15
+
+
+# ------------------------------------------------------------------ the role's variables
+def test_role_variables_are_documented_with_the_same_defaults():
+    role = os.path.join(ROOT, "roles", "ext4_audit")
+    defaults = yaml.safe_load(open(os.path.join(role, "defaults", "main.yml")))
+    specs = yaml.safe_load(open(os.path.join(role, "meta", "argument_specs.yml")))["argument_specs"]
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    for name, default in (("ext4_audit_baseline", ""), ("ext4_audit_fail_on_new", False)):
+        assert defaults[name] == default
+        for entry in ("prepare", "report"):
+            assert specs[entry]["options"][name]["default"] == default, (entry, name)
+        assert "| `%s` |" % name in readme
+    report_task = open(os.path.join(role, "tasks", "report.yml")).read()
+    assert "--baseline" in report_task and "--fail-on-new" in report_task

@@ -277,6 +277,20 @@ def test_a_run_without_probe_data_draws_nothing_and_never_imports_matplotlib(tmp
     assert result.returncode == 0, result.stderr.decode()[-2000:]
 
 
+def test_a_short_sweep_gets_its_cdf_only():
+    """Below probe.MIN_RUNS the analysis has quantiles only: no factor plots, and d-spans of 0
+    (no extents) are counted, not drawn on the log axis."""
+    short = dict(PLAN, treatments=PLAN["treatments"][:4])
+    result = probe_record("h", "/")["result"]
+    result["sweep"]["runs"] = result["sweep"]["runs"][:4]
+    result["sweep"]["runs"][0]["dspan"] = 0
+    section = probe.host_section({"host": "h", "status": "ran", "reason": None, "mountpoint": "/", "result": result},
+                                 short)
+    view = report_html._probe_view(section, [r["dspan"] for r in result["sweep"]["runs"]], 0)
+    assert [title for title, _ in view["plots"]] == ["d-span CDF (Chopper Figure 3)"]
+    assert view["zero_dspans"] == 1 and "runs (3)" in view["plots"][0][1]
+
+
 def test_svg_text_is_escaped_and_math_stays_text():
     ranked = [{"factor": HOSTILE, "s": 0.5, "noise_floor": 0.1, "levels": 2}]
     mapping = {"tail_runs": 3, "factors": {HOSTILE: {"$x$ <b>1</b>": {"runs": 10, "tail_share": 0.2},
@@ -285,6 +299,10 @@ def test_svg_text_is_escaped_and_math_stays_text():
         assert "<script" not in svg and "<b>" not in svg
         assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in svg
     assert "$x$ &lt;b&gt;1&lt;/b&gt;" in plots.tail_share(mapping, ranked, 30, "t")
+
+
+def test_kernel_gate_schema_is_the_gates():
+    assert report_html.KERNEL_GATE_SCHEMA == kernel_gate.SCHEMA
 
 
 def test_level_order_is_natural():

@@ -2,6 +2,7 @@
 fingerprints stable across runs, locations in the repository, waivers as suppressions."""
 
 import copy
+import hashlib
 import json
 import os
 
@@ -15,6 +16,14 @@ from test_reports import HOSTILE, cli
 
 SCHEMA = json.load(open(os.path.join(FIXTURES, "sarif", "sarif-schema-2.1.0.json")))
 EXAMPLE_HOST = "db-01.example.net"  # has inventories/example/host_vars/db-01.example.net.yml
+
+
+def test_vendored_schema_is_the_recorded_copy():
+    """tests/fixtures/README.md records where it comes from and this digest."""
+    with open(os.path.join(FIXTURES, "sarif", "sarif-schema-2.1.0.json"), "rb") as handle:
+        digest = hashlib.sha256(handle.read()).hexdigest()
+    assert digest == "80cd7ffb9b62a4162d541aa9170862dd264f6cce0f04c57f1ac9f2337b808958"
+    jsonschema.Draft7Validator.check_schema(SCHEMA)
 
 
 def schema_errors(doc):

@@ -1,0 +1,205 @@
+"""Corrupt, truncated or wrong-schema inputs to `python -m ext4audit report` and `gate`: facts
+records, probe files, waiver files, host reports and baselines. Each must give a clear error as
+the first line on stderr (naming the file), exit 2 (could not run: never 0 pass or 1 policy
+failed), no traceback, and leave the reports folder exactly as it was: every file's bytes and
+where `latest` points. The cases call the CLI's main() in this process (a real process costs a
+second of imports each); test_a_real_process_exits_2_with_the_error_first runs one as a process."""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from ext4audit import cli as cli_mod
+from test_probe_controller import PLAN, audited, record, write_probe
+from test_reports import cli, hostile_facts, write_run
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    """reports/run-1 and reports/run-2, each reported (run-1 is the baseline); latest -> run-2."""
+    base = tmp_path_factory.mktemp("template") / "reports"
+    for name in ("run-1", "run-2"):
+        path = str(base / name)
+        write_run(path, [audited("db-1"), {"host": "web-2", "groups": ["web"], "status": "audited",
+                                           "facts": hostile_facts()}])
+        write_probe(path, [PLAN, record("db-1")])
+        rc, out, err = cli("report", path, "--fail-on", "critical")
+        assert rc == 0, (out, err)
+    assert os.readlink(str(base / "latest")) == "run-2"
+    return base
+
+
+@pytest.fixture
+def reports_dir(template, tmp_path):
+    copy = tmp_path / "reports"
+    shutil.copytree(str(template), str(copy), symlinks=True)
+    return copy
+
+
+def main(capsys, *args):
+    """The CLI's main() as `python -m ext4audit` runs it: (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    rc = cli_mod.main(list(args))
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+def snapshot(base):
+    files = {}
+    for folder, _, names in os.walk(str(base)):
+        for name in names:
+            path = os.path.join(folder, name)
+            if os.path.islink(path):
+                files[os.path.relpath(path, str(base))] = "-> " + os.readlink(path)
+            else:
+                with open(path, "rb") as handle:
+                    files[os.path.relpath(path, str(base))] = handle.read()
+    return files
+
+
+def rewrite(path, change):
+    with open(path, "rb") as handle:
+        data = handle.read()
+    with open(path, "wb") as handle:
+        handle.write(change(data))
+
+
+def truncate(data):
+    return data[:len(data) // 2]
+
+
+def edit_json(change):
+    def edit(data):
+        doc = json.loads(data)
+        change(doc)
+        return json.dumps(doc).encode()
+    return edit
+
+
+def replace_with(content):
+    return lambda data: content
+
+
+FACTS = "run-2/facts/0.json"
+PROBE = "run-2/probe/1.json"
+PLAN_FILE = "run-2/probe/0.json"
+HOST = "run-2/hosts/db-1.json"
+BASE_SUMMARY = "run-1/summary.json"
+BASE_HOST = "run-1/hosts/db-1.json"
+
+# (id, file to corrupt, how, what the error names)
+REPORT_CASES = [
+    ("facts-truncated", FACTS, truncate, "is not valid JSON"),
+    ("facts-empty", FACTS, replace_with(b""), "is not valid JSON"),
+    ("facts-not-utf8", FACTS, replace_with(b'{"host": "\xff"}'), "is not valid JSON"),
+    ("facts-a-list", FACTS, replace_with(b"[]"), "a facts record is a JSON object"),
+    ("facts-status", FACTS, edit_json(lambda d: d.update(status="exploded")), "status 'exploded' is not one of"),
+    ("facts-no-host", FACTS, edit_json(lambda d: d.pop("host")), "no host name"),
+    ("facts-groups", FACTS, edit_json(lambda d: d.update(groups="web")), "groups is not a list"),
+    ("facts-kernel", FACTS, edit_json(lambda d: d["facts"].pop("kernel")), "facts.kernel is missing"),
+    ("facts-filesystems", FACTS, edit_json(lambda d: d["facts"].update(filesystems="x")), "facts.filesystems"),
+    ("facts-mountpoint", FACTS, edit_json(lambda d: d["facts"]["filesystems"][0].update(mountpoint=7)),
+     "filesystem #1 has no mountpoint string"),
+    ("facts-superblock", FACTS, edit_json(lambda d: d["facts"]["filesystems"][0]["superblock"].update(block_size="4k")),
+     "filesystem #1: a superblock number"),
+    ("facts-errors", FACTS, edit_json(lambda d: d["facts"].update(errors=["x"])), "facts.errors"),
+    ("probe-truncated", PROBE, truncate, "is not valid JSON"),
+    ("probe-schema", PROBE, edit_json(lambda d: d["result"].update(schema="other/v9")), "is not a ext4-fleet-audit/probe"),
+    ("plan-truncated", PLAN_FILE, truncate, "is not valid JSON"),
+    ("baseline-summary-truncated", BASE_SUMMARY, truncate, "is not valid JSON"),
+    ("baseline-summary-schema", BASE_SUMMARY, edit_json(lambda d: d.update(schema="x")), "is not a ext4-fleet-audit/summary"),
+    ("baseline-host-truncated", BASE_HOST, truncate, "is not valid JSON"),
+    ("baseline-host-schema", BASE_HOST, edit_json(lambda d: d.update(findings="none")), "findings"),
+]
+
+WAIVER_CASES = [
+    ("truncated", b"waivers:\n  - rule: EXT4_NOBARRIER\n    justification: 'battery", "cannot read waiver file"),
+    ("not-utf8", b"waivers:\n  - rule: EXT4_NOBARRIER\n    justification: \xff\xfe\n", "cannot read waiver file"),
+    ("no-such-date", b"waivers:\n  - {rule: EXT4_NOBARRIER, justification: j, approver: a, expires: 2027-02-30}\n",
+     "cannot read waiver file"),
+    ("rule-a-list", b"waivers:\n  - {rule: [EXT4_NOBARRIER], justification: j, approver: a, expires: 2027-01-01}\n",
+     "rule must be a rule id"),
+    ("nested", b"[" * 3000, "cannot read waiver file"),
+    ("a-list", b"- rule: EXT4_NOBARRIER\n", "expected a mapping with a 'waivers' list"),
+    ("no-approver", b"waivers:\n  - {rule: EXT4_NOBARRIER, justification: j, expires: 2027-01-01}\n", "has no approver"),
+]
+
+GATE_CASES = [
+    ("host-truncated", HOST, truncate, "is not valid JSON"),
+    ("host-not-utf8", HOST, replace_with(b"\xff\xfe{}"), "is not valid JSON"),
+    ("host-schema", HOST, edit_json(lambda d: d.update(schema="ext4-fleet-audit/host-report/v0")),
+     "is not a ext4-fleet-audit/host-report/v1"),
+    ("host-findings", HOST, edit_json(lambda d: d.update(findings={})), "findings is missing or not a list"),
+    ("host-severity", HOST, edit_json(lambda d: d["findings"][0].update(severity="catastrophic")), "finding #1"),
+    ("host-waiver", HOST, edit_json(lambda d: d["findings"][0].update(waived=True, waiver=None)), "finding #1"),
+    ("host-probe", HOST, edit_json(lambda d: d.update(probe="ran")), "the probe section"),
+    ("host-status", HOST, edit_json(lambda d: d.update(status=None)), "no host name or status"),
+    ("baseline-summary-truncated", BASE_SUMMARY, truncate, "is not valid JSON"),
+    ("baseline-host-truncated", BASE_HOST, truncate, "is not valid JSON"),
+]
+
+
+def check_refused(base, args, fragment, run=None):
+    before = snapshot(base)
+    rc, out, err = run(*args)
+    first = err.splitlines()[0] if err else ""
+    assert rc == 2, "exit %d, expected 2 (could not run)\nstderr: %s\nstdout: %s" % (rc, err, out)
+    assert first.startswith("error: ") and fragment in first, "the first stderr line is not the clear error:\n" + err
+    assert "Traceback" not in err, err
+    assert "verdict: pass" not in out
+    after = snapshot(base)
+    changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    assert changed == [], "the refused run changed files: %s" % changed
+
+
+@pytest.mark.parametrize("case", REPORT_CASES, ids=[c[0] for c in REPORT_CASES])
+def test_report_refuses_corrupt_input_and_overwrites_nothing(reports_dir, capsys, case):
+    name, target, change, fragment = case
+    rewrite(str(reports_dir / target), change)
+    args = ["report", str(reports_dir / "run-2")]
+    if target.startswith("run-1/"):
+        args += ["--baseline", str(reports_dir / "run-1")]
+    check_refused(reports_dir, args, fragment, run=lambda *a: main(capsys, *a))
+
+
+@pytest.mark.parametrize("case", WAIVER_CASES, ids=[c[0] for c in WAIVER_CASES])
+@pytest.mark.parametrize("command", ["report", "gate"])
+def test_bad_waiver_files_are_refused(reports_dir, tmp_path, capsys, command, case):
+    name, content, fragment = case
+    waivers = tmp_path / "waivers.yml"
+    waivers.write_bytes(content)
+    check_refused(reports_dir, [command, str(reports_dir / "run-2"), "--waivers", str(waivers)], fragment,
+                  run=lambda *a: main(capsys, *a))
+
+
+@pytest.mark.parametrize("case", GATE_CASES, ids=[c[0] for c in GATE_CASES])
+def test_gate_refuses_corrupt_reports(reports_dir, capsys, case):
+    name, target, change, fragment = case
+    rewrite(str(reports_dir / target), change)
+    args = ["gate", str(reports_dir / "latest")]
+    if target.startswith("run-1/"):
+        args += ["--baseline", str(reports_dir / "run-1")]
+    check_refused(reports_dir, args, fragment, run=lambda *a: main(capsys, *a))
+
+
+def test_a_baseline_that_is_missing_or_cut_short_is_refused(reports_dir, capsys):
+    os.unlink(str(reports_dir / BASE_HOST))  # a copied artifact that lost a host report
+    run = lambda *a: main(capsys, *a)  # noqa: E731
+    check_refused(reports_dir, ["report", str(reports_dir / "run-2"), "--baseline", str(reports_dir / "run-1")],
+                  "is incomplete", run)
+    check_refused(reports_dir, ["gate", str(reports_dir / "run-2"), "--baseline", str(reports_dir / "nope")],
+                  "not found", run)
+
+
+def test_a_real_process_exits_2_with_the_error_first(reports_dir):
+    rewrite(str(reports_dir / FACTS), truncate)
+    check_refused(reports_dir, ["report", str(reports_dir / "run-2")], "is not valid JSON", run=cli)
+
+
+def test_the_untouched_folders_still_report_and_gate(reports_dir, capsys):
+    """The fixture itself is sound: the same commands on intact files succeed."""
+    assert main(capsys, "report", str(reports_dir / "run-2"), "--fail-on", "critical",
+                "--baseline", str(reports_dir / "run-1"))[0] == 0
+    assert main(capsys, "gate", str(reports_dir / "latest"), "--fail-on", "critical")[0] == 0
