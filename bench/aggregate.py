@@ -30,7 +30,6 @@ import json
 import os
 import random
 import re
-import resource
 import shutil
 import subprocess
 import sys

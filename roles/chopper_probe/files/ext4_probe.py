@@ -170,7 +170,8 @@ def own_loop_devices(root):
 
 
 def own_mounts(root):
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as handle:
+    # newline="": a name with \r in it is not a line break (only \n is, and the kernel escapes it)
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape", newline="") as handle:
         mounts = ext4_parsers.parse_mountinfo(handle.read())
     inside = [m["mountpoint"] for m in mounts if m["mountpoint"].startswith(root + "/")]
     return sorted(inside, key=len, reverse=True)  # deepest first
