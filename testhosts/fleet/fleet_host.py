@@ -65,13 +65,16 @@ def mountinfo(pid="self"):
     """(device major:minor, mount point, fstype, source) of each mount a process sees."""
     result = []
     try:
-        with open("/proc/%s/mountinfo" % pid) as handle:
-            lines = handle.read().splitlines()
+        # Another test's mount point may hold any byte but the four the kernel escapes (space, tab,
+        # newline, backslash): not UTF-8, CR, form feed, U+2028. Fields are split on the kernel's
+        # single spaces and lines on newlines only, so such a name cannot stop a teardown.
+        with open("/proc/%s/mountinfo" % pid, encoding="utf-8", errors="surrogateescape", newline="") as handle:
+            lines = [line for line in handle.read().split("\n") if line]
     except OSError:
         return result
     for line in lines:
         before, _, after = line.partition(" - ")
-        fields, tail = before.split(), after.split()
+        fields, tail = before.split(" "), after.split(" ")
         result.append((fields[2], unescape(fields[4]), tail[0], unescape(tail[1]) if len(tail) > 1 else ""))
     return result
 
