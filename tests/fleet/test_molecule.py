@@ -91,9 +91,47 @@ def live_processes_mentioning(marker):
     return found
 
 
+def kill_tree(pid):
+    """SIGKILL pid and every process descended from it. Ansible's workers start sessions of their
+    own (a nested ansible-playbook under them would go on booting VMs), so a process group is not
+    enough. The tree is frozen first (SIGSTOP: no more forks, no orphan leaves it), then killed.
+    A daemonized qemu has left the tree already: molecule destroy stops it."""
+    stopped = set()
+    while True:
+        parents = {}
+        for path in glob.glob("/proc/[0-9]*/stat"):
+            try:
+                with open(path) as handle:
+                    state, parent = handle.read().rsplit(")", 1)[1].split()[:2]
+                if state != "Z":   # a zombie has nothing left to stop
+                    parents[int(path.split("/")[2])] = int(parent)
+            except (OSError, ValueError):
+                pass  # exited while we looked
+        tree, grown = {pid}, True
+        while grown:
+            children = {child for child, parent in parents.items() if parent in tree} - tree
+            tree |= children
+            grown = bool(children)
+        new = {member for member in tree if member in parents} - stopped
+        if not new:
+            break
+        for member in new:
+            signal_quietly(member, signal.SIGSTOP)
+        stopped |= new
+    for member in stopped:
+        signal_quietly(member, signal.SIGKILL)
+
+
+def signal_quietly(pid, signum):
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass  # exited meanwhile
+
+
 def molecule(action, scenario, timeout):
-    """Run `molecule ACTION -s SCENARIO` in its own session; on timeout kill that session and say
-    so. Returns (rc, None on timeout; the output; [(step, seconds)]; total seconds)."""
+    """Run `molecule ACTION -s SCENARIO` in its own session; on timeout kill it and all it started
+    but daemons. Returns (rc, None on timeout; the output; [(step, seconds)]; total seconds)."""
     # molecule runs ansible-config, ansible-playbook and pytest from PATH: the venv's first.
     env = dict(os.environ, PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", ""),
                ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
@@ -122,7 +160,7 @@ def molecule(action, scenario, timeout):
     try:
         rc = proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)   # molecule, ansible-playbook, ssh; daemonized qemu has its own session
+        kill_tree(proc.pid)
         proc.wait()
         rc = None
     reader.join(timeout=30)

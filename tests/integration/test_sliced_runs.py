@@ -164,3 +164,17 @@ def test_merge_refuses_and_writes_nothing(runs):
     rc, _, err = merge(runs, out, s1, s2, s3, extra=["--waivers", str(bad)])
     assert rc == 2 and err.startswith("error:"), err
     assert not out.exists()
+
+
+def test_report_step_loads_neither_scipy_nor_matplotlib(runs, tmp_path):
+    """The report step runs in every audit: without probe sweeps or a kernel gate it must not pay
+    for importing scipy or matplotlib (2 to 3 s of controller time per run when it did)."""
+    reports = runs["reports"]
+    code = ("import runpy, sys\nsys.argv = ['ext4audit'] + sys.argv[1:]\ntry:\n"
+            "    runpy.run_module('ext4audit', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "print('loaded:', sorted(m for m in sys.modules if m.split('.')[0] in ('scipy', 'matplotlib')))")
+    argv = [os.path.join(VENV_BIN, "python"), "-c", code, "merge", str(tmp_path / "merged")]
+    argv += [str(reports / name) for name in SLICES]
+    out = run(argv, cwd=ROOT)
+    assert "loaded: []" in out, out[-3000:]
+    assert os.path.exists(str(tmp_path / "merged" / "report.html"))
