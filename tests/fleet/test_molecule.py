@@ -181,9 +181,10 @@ def test_molecule_scenario(scenario, record_property):
     if rc is None:
         # Killed: whatever it had started must still go (VMs above all).
         destroy_rc, destroy_output, _, _ = molecule("destroy", scenario, 900)
-        pytest.fail("TIMEOUT: molecule test -s %s ran past %d s and was killed; molecule destroy then: rc=%s, "
+        pytest.fail("TIMEOUT: molecule test -s %s ran past %d s, killed in step %s; molecule destroy then: rc=%s, "
                     "left behind: %s; %s\n--- molecule destroy ---\n%s" % (
-                        scenario, TIMEOUTS[scenario], destroy_rc, leftovers(scenario), what_failed(output),
+                        scenario, TIMEOUTS[scenario], steps[-1][0] if steps else None, destroy_rc,
+                        leftovers(scenario), what_failed(output),
                         what_failed(destroy_output, most=10, tail=10)), pytrace=False)
     if rc != 0 or "Verifier completed successfully" not in output:
         # pytrace=False: no test source in the log, the message alone (whole output: .cache/molecule/)

@@ -163,9 +163,10 @@ def test_24_sigkills_at_seeded_points_leave_nothing_and_touch_no_other_loop_devi
     decoy = decoys(scratch_dir)
     others = loop_devices(scratch_dir)
     assert decoy.mounted_dev.split("/")[-1] in [n.split("/")[-1] for n in others]
-    # A cold 256-run sweep (image builds, then runs) and one confirmation: 4-6 s on this machine.
+    # A cold 512-run sweep (image builds, then runs) and one confirmation: 9-12 s on this machine,
+    # so the probe is still at work at the last kill point.
     job_path = tmp_path / "sweep.json"
-    job_path.write_text(json.dumps(make_job(scratch_dir, plan=plan_mod.make_plan(7, 256),
+    job_path.write_text(json.dumps(make_job(scratch_dir, plan=plan_mod.make_plan(7, 512),
                                             confirmations=["rename_over_existing"])))
     rng = random.Random(SEED)
     points = [round(rng.uniform(0.1, 3.5), 3) for _ in range(KILLS)]
