@@ -29,16 +29,31 @@ def identity(host, finding):
 
 
 class Baseline:
-    """What a comparison needs from an earlier run: per host its status and each finding's
-    identity with its severity (the rest of the host reports is not kept)."""
+    """An earlier run, checked: its id, folder and hosts (name: status, from its summary.json).
+    Each host's findings are read from its report when that host is compared (host_findings), so
+    the report step's workers read only the hosts they have."""
 
-    def __init__(self, run_id, path, hosts):
-        self.run_id, self.path, self.hosts = run_id, path, hosts
+    def __init__(self, run_id, path, statuses):
+        self.run_id, self.path, self.statuses = run_id, path, statuses
+
+    def host_findings(self, host):
+        """{identity: severity} of the host's findings in the baseline, and its status there."""
+        file_path = os.path.join(self.path, "hosts", reports.safe_name(host) + ".json")
+        name, entry = _host_entry(file_path, reports.read_json(file_path, "baseline host report"))
+        if name != host:
+            raise reports.ReportError("baseline %s is the report of %r, not of %r" % (file_path, name, host))
+        return entry
+
+    def check_every_host(self):
+        """Read and check every host report of the baseline now (the gate does, before it reads
+        the run; the report step checks each host's when it compares that host)."""
+        for host in self.statuses:
+            self.host_findings(host)
 
 
 def load(path, run_dir=None):
     """Read and check the baseline run folder at `path`; run_dir (the run being made) must not
-    be the baseline itself."""
+    be the baseline itself. The host reports are checked when each host is compared."""
     if not os.path.isdir(path):
         raise reports.ReportError("baseline %s: %s" % (path, "not a folder" if os.path.exists(path) else "not found"))
     if run_dir and os.path.realpath(path) == os.path.realpath(run_dir):
@@ -47,23 +62,23 @@ def load(path, run_dir=None):
     if not isinstance(summary, dict) or summary.get("schema") != reports.SUMMARY_SCHEMA:
         raise reports.ReportError("baseline %s/summary.json is not a %s document" % (path, reports.SUMMARY_SCHEMA))
     listed = summary.get("hosts")
-    if not isinstance(listed, list) or not all(isinstance(h, dict) and isinstance(h.get("host"), str) for h in listed):
+    if not isinstance(listed, list) or not all(isinstance(h, dict) and isinstance(h.get("host"), str)
+                                               and isinstance(h.get("status"), str) for h in listed):
         raise reports.ReportError("baseline %s/summary.json has no valid hosts list" % path)
-    hosts = {}
-    for file_path in sorted(glob.glob(os.path.join(path, "hosts", "*.json"))):
-        host, entry = _host_entry(file_path, reports.read_json(file_path, "baseline host report"))
-        if host in hosts:
-            raise reports.ReportError("baseline %s: a second report for host %r" % (file_path, host))
-        hosts[host] = entry
+    statuses = dict((h["host"], h["status"]) for h in listed)
+    if len(statuses) < len(listed):
+        raise reports.ReportError("baseline %s/summary.json lists a host twice" % path)
     # A truncated copy (an artifact cut short, a folder half copied) lacks host reports.
-    wanted = set(h["host"] for h in listed)
-    if wanted != set(hosts):
-        missing, extra = sorted(wanted - set(hosts)), sorted(set(hosts) - wanted)
+    files = dict((reports.safe_name(host) + ".json", host) for host in statuses)
+    present = set(os.path.basename(p) for p in glob.glob(os.path.join(path, "hosts", "*.json")))
+    if set(files) != present:
+        missing, extra = sorted(files[f] for f in set(files) - present), sorted(present - set(files))
         raise reports.ReportError("baseline %s is incomplete: summary.json lists %d host(s), hosts/ has %d%s%s" % (
-            path, len(wanted), len(hosts), "; no report for %s" % _names(missing) if missing else "",
+            path, len(files), len(present), "; no report for %s" % _names(missing) if missing else "",
             "; not in the summary: %s" % _names(extra) if extra else ""))
     # The real folder: reports/latest moves on.
-    return Baseline(str(summary.get("run_id") or os.path.basename(os.path.normpath(path))), os.path.realpath(path), hosts)
+    return Baseline(str(summary.get("run_id") or os.path.basename(os.path.normpath(path))), os.path.realpath(path),
+                    statuses)
 
 
 def _host_entry(path, report):
@@ -85,54 +100,66 @@ def _host_entry(path, report):
     return host, {"status": status, "findings": known}
 
 
-def compare(host_reports, base):
-    """The diff of this run's host reports against a Baseline. Marks every finding of this run
-    with "baseline": "new" or "persisting" (the gate's fail_on_new reads it) and returns the
-    summary's `baseline` section."""
-    new, persisting, seen, not_compared = [], 0, set(), []
-    current = set(r["host"] for r in host_reports)
-    for report in host_reports:
-        host, before = report["host"], base.hosts.get(report["host"])
-        if report["status"] != "audited":
-            if before is not None and before["status"] == "audited":
-                not_compared.append({"host": host, "reason": "not audited in this run (%s)" % report["status"]})
+def compare_host(report, base):
+    """Mark each finding of one host report "new" or "persisting" against a Baseline (the gate's
+    fail_on_new reads the mark); return this host's part of the diff (diff() joins them)."""
+    host, part = report["host"], {"new": [], "resolved": [], "persisting": 0, "not_compared": None}
+    status_before = base.statuses.get(host)
+    if report["status"] != "audited":
+        if status_before == "audited":
+            part["not_compared"] = {"host": host, "reason": "not audited in this run (%s)" % report["status"]}
+        return part
+    before = base.host_findings(host) if status_before is not None else None
+    seen = set()
+    for finding in report["findings"]:
+        key = identity(host, finding)
+        seen.add(key)
+        if before is None:
+            why = HOST_ADDED
+        elif before["status"] != "audited":
+            why = NOT_AUDITED_BEFORE
+        elif key not in before["findings"]:
+            why = NEW
+        elif severity_rank(finding["severity"]) > severity_rank(before["findings"][key]):
+            why = WORSENED
+        else:
+            finding["baseline"] = "persisting"
+            part["persisting"] += 1
             continue
-        for finding in report["findings"]:
-            key = identity(host, finding)
-            seen.add(key)
-            if before is None:
-                why = HOST_ADDED
-            elif before["status"] != "audited":
-                why = NOT_AUDITED_BEFORE
-            elif key not in before["findings"]:
-                why = NEW
-            elif severity_rank(finding["severity"]) > severity_rank(before["findings"][key]):
-                why = WORSENED
-            else:
-                finding["baseline"] = "persisting"
-                persisting += 1
-                continue
-            finding["baseline"] = "new"
-            entry = _entry(key, finding["severity"])
-            entry.update(waived=bool(finding.get("waived")), why=why)
-            if why == WORSENED:
-                entry["was"] = before["findings"][key]
-            new.append(entry)
-    compared = set(r["host"] for r in host_reports if r["status"] == "audited")
-    resolved = [_entry(key, severity) for host in sorted(base.hosts) if host in compared
-                for key, severity in sorted(base.hosts[host]["findings"].items(), key=_sort_key)
-                if key not in seen]
-    return {"run_id": base.run_id, "path": base.path, "new": new, "resolved": resolved, "persisting": persisting,
-            "hosts_added": sorted(current - set(base.hosts)), "hosts_removed": sorted(set(base.hosts) - current),
-            "hosts_not_compared": not_compared}
+        finding["baseline"] = "new"
+        entry = _entry(key, finding["severity"])
+        entry.update(waived=bool(finding.get("waived")), why=why)
+        if why == WORSENED:
+            entry["was"] = before["findings"][key]
+        part["new"].append(entry)
+    if before is not None:
+        part["resolved"] = [_entry(key, severity) for key, severity in before["findings"].items() if key not in seen]
+    return part
+
+
+def diff(base, hosts, parts):
+    """The summary's `baseline` section from every host's compare_host part (in host order);
+    hosts: this run's host names."""
+    current = set(hosts)
+    resolved = sorted((entry for part in parts for entry in part["resolved"]), key=_entry_order)
+    return {"run_id": base.run_id, "path": base.path, "new": [e for part in parts for e in part["new"]],
+            "resolved": resolved, "persisting": sum(part["persisting"] for part in parts),
+            "hosts_added": sorted(current - set(base.statuses)), "hosts_removed": sorted(set(base.statuses) - current),
+            "hosts_not_compared": [part["not_compared"] for part in parts if part["not_compared"]]}
+
+
+def compare(host_reports, base):
+    """The diff of this run's host reports against a Baseline (compare_host for each, then diff)."""
+    parts = [compare_host(report, base) for report in host_reports]
+    return diff(base, [r["host"] for r in host_reports], parts)
 
 
 def _entry(key, severity):
     return {"host": key[0], "rule": key[1], "device": key[2], "mountpoint": key[3], "severity": severity}
 
 
-def _sort_key(item):
-    return tuple("" if part is None else part for part in item[0])
+def _entry_order(entry):
+    return tuple("" if entry[k] is None else entry[k] for k in ("host", "rule", "device", "mountpoint"))
 
 
 def _names(hosts):

@@ -12,88 +12,11 @@ import traceback
 
 from . import SEVERITIES, severity_rank, catalog as catalog_mod, engine, kernel_gate, probe, reports, waivers as waivers_mod
 from . import baseline as baseline_mod, prometheus, sarif
-from . import html, merge
+from . import fleet, html, merge
 
 
-RECORD_STATUSES = ("audited", "unreachable", "failed")  # what roles/ext4_audit/tasks/facts.yml writes
-FACTS_SCHEMA = "ext4-fleet-audit/facts/v1"
-
-
-def _list_of(value, types):
-    return isinstance(value, list) and all(isinstance(item, types) for item in value)
-
-
-def _check(condition, path, what):
-    if not condition:
-        raise reports.ReportError("%s: %s" % (path, what))
-
-
-def read_record(path):
-    """A facts record, checked for the shape the rules and reports read: a corrupt or foreign file
-    is a clear error (exit 2) before anything is written, never a traceback."""
-    record = reports.read_json(path, "facts record")
-    _check(isinstance(record, dict), path, "a facts record is a JSON object, this is %s" % type(record).__name__)
-    _check(isinstance(record.get("host"), str) and record["host"], path, "facts record has no host name")
-    _check(record.get("status") in RECORD_STATUSES, path, "status %r is not one of %s"
-           % (record.get("status"), ", ".join(RECORD_STATUSES)))
-    _check(record.get("groups") is None or _list_of(record["groups"], str), path, "groups is not a list of names")
-    _check(record.get("reason") is None or isinstance(record["reason"], str), path, "reason is not a string")
-    facts = record.get("facts")
-    if record["status"] != "audited" or not isinstance(facts, dict) or facts.get("schema") != FACTS_SCHEMA:
-        return record  # not audited, or facts of an unknown schema: reported as a host not audited
-    _check(isinstance(facts.get("kernel"), dict), path, "facts.kernel is missing or not an object")
-    for key in ("filesystems", "netfs"):
-        _check(_list_of(facts.get(key), dict), path, "facts.%s is missing or not a list of objects" % key)
-    _check(_list_of(facts.get("errors") or [], dict), path, "facts.errors is not a list of objects")
-    for error in facts.get("errors") or []:
-        _check(isinstance(error.get("where"), str) and isinstance(error.get("reason"), str), path,
-               "an entry of facts.errors has no where and reason strings")
-    for number, fs in enumerate((facts.get("filesystems") or []) + (facts.get("netfs") or []), 1):
-        _check(isinstance(fs.get("mountpoint"), str) and (fs.get("device") is None or isinstance(fs["device"], str))
-               and (fs.get("options") is None or _list_of(fs["options"], str))
-               and all(fs.get(k) is None or isinstance(fs[k], dict) for k in ("superblock", "queue", "jbd2", "fstab")),
-               path, "filesystem #%d has no mountpoint string, or its device, options, superblock, queue, jbd2 "
-                     "or fstab is of the wrong type" % number)
-        sb = fs.get("superblock") or {}
-        _check(all(sb.get(k) is None or (isinstance(sb[k], int) and not isinstance(sb[k], bool)) for k in
-                   ("block_size", "block_count", "blocks_per_group", "inode_size", "journal_bytes", "raid_stride",
-                    "raid_stripe_width")) and _list_of(sb.get("features") or [], str),
-               path, "filesystem #%d: a superblock number or the feature list is of the wrong type" % number)
-    return record
-
-
-def build_host_report(record, catalog, waivers, run_id, now, probes=None, plan=None):
-    """Turn one facts record written by the playbook into a host report.
-
-    probes: the run's probe records by host (None when the run had no probe), plan: its probe
-    plan. A host with a record gets a `probe` section; with probes, every finding of a rule that
-    has a confirmation says what the probe measured for it (and may be escalated).
-    """
-    host = record.get("host")
-    if not isinstance(host, str) or not host:
-        raise reports.ReportError("facts record has no host name")
-    section = probe.host_section(probes[host], plan) if probes and host in probes else None
-    report = {"schema": reports.HOST_SCHEMA, "run_id": run_id, "generated_at": reports.stamp(now),
-              "host": host, "groups": record.get("groups") or [], "status": record.get("status", "failed"),
-              "reason": record.get("reason"), "kernel": None, "filesystems": [], "netfs": [],
-              "findings": [], "undetermined": [], "passed": [], "expired_waivers": [], "errors": [],
-              "probe": section}
-    facts = record.get("facts")
-    if report["status"] == "audited" and (not isinstance(facts, dict) or
-                                          facts.get("schema") != "ext4-fleet-audit/facts/v1"):
-        report.update(status="failed", reason="facts from the host are missing or of an unknown schema")
-    elif report["status"] == "audited":
-        findings, undetermined, passed = engine.evaluate_host(facts, catalog)
-        if probes is not None:
-            probe.confirm(findings, section, catalog.by_id)
-        expired = waivers_mod.apply(findings, waivers, host, report["groups"], now)
-        report.update(kernel=facts["kernel"], filesystems=facts["filesystems"], netfs=facts["netfs"],
-                      findings=findings, undetermined=undetermined, passed=passed,
-                      expired_waivers=expired, errors=list(facts.get("errors") or []))
-    if section and section["status"] in probe.FAILED:
-        report["errors"].append({"where": "probe", "reason": "%s: %s" % (
-            section["status"], section["reason"] or "no reason given")})
-    return report
+read_record, build_host_report = fleet.read_record, fleet.build_host_report  # the per-host steps live in fleet.py
+_check, _list_of = fleet._check, fleet._list_of
 
 
 def load_probe(run_dir):
@@ -121,27 +44,18 @@ def load_probe(run_dir):
     return records, plan
 
 
-def finish(summary, host_reports, run_dir, reports_dir, catalog=None, rules_dir=catalog_mod.RULES_DIR, inventory=None):
-    """Write the fleet files, move `latest`, print the table, return the exit code. catalog (loaded
-    from rules_dir when not given) and inventory (its host_vars files) are for report.sarif."""
-    reports.write_json(os.path.join(run_dir, "summary.json"), summary)
-    reports.write_junit(os.path.join(run_dir, "junit.xml"), host_reports, summary["policy"]["fail_on"])
-    reports.write_atomic(os.path.join(run_dir, "summary.md"), reports.markdown(summary, host_reports))
-    sarif.write(os.path.join(run_dir, "report.sarif"), summary, host_reports, catalog or catalog_mod.load(rules_dir),
-                os.path.join(rules_dir, "catalog.yml"), inventory)
-    prometheus.write(os.path.join(run_dir, "ext4audit.prom"), summary, host_reports)
-    html.write(os.path.join(run_dir, "report.html"), summary, host_reports, catalog or catalog_mod.load(rules_dir), run_dir)
-    if reports_dir:
-        reports.point_latest(reports_dir, run_dir)
-    print(reports.terminal_table(summary))
-    return reports.EXIT_CODES[summary["verdict"]]
-
-
 def load_baseline(args):
-    """The --baseline run, read and checked in full before anything is written (None without one)."""
+    """The --baseline run, its summary and folder checked before anything is written (None without one)."""
     if args.fail_on_new and not args.baseline:
         raise reports.ReportError("--fail-on-new true needs --baseline (an earlier run folder): nothing to compare with")
     return baseline_mod.load(args.baseline, args.run_dir) if args.baseline else None
+
+
+def plotted_hosts(probes, plan):
+    """The hosts whose probe gets pictures in report.html (html.plotted_hosts): of the hosts
+    whose sweep completed runs, the first by name."""
+    return html.plotted_hosts(host for host in probes or {}
+                              if (probe.host_section(probes[host], plan).get("sweep") or {}).get("runs_completed"))
 
 
 def cmd_report(args):
@@ -150,18 +64,24 @@ def cmd_report(args):
     base = load_baseline(args)
     now = reports.utc_now()
     run_id = os.path.basename(os.path.normpath(args.run_dir))
-    records = sorted(glob.glob(os.path.join(args.run_dir, "facts", "*.json")))
+    paths = sorted(glob.glob(os.path.join(args.run_dir, "facts", "*.json")))
     probes, plan = load_probe(args.run_dir)
-    host_reports = [build_host_report(read_record(path), catalog, waivers, run_id, now, probes, plan)
-                    for path in records]
-    diff = baseline_mod.compare(host_reports, base) if base else None
-    for report in host_reports:
-        reports.write_json(os.path.join(args.run_dir, "hosts", reports.safe_name(report["host"]) + ".json"), report,
-                           compact=True, durable=False)  # flushed to disk once, before `latest` moves
-    summary = reports.summarize(host_reports, run_id, args.fail_on, args.unreachable_incomplete, now,
-                                baseline=diff, fail_on_new=args.fail_on_new)
-    return finish(summary, host_reports, args.run_dir, os.path.dirname(os.path.normpath(args.run_dir)),
-                  catalog=catalog, rules_dir=args.rules_dir, inventory=args.inventory)
+    job = fleet.Job(args.run_dir, catalog, waivers, base, probes, plan, run_id, now, args.fail_on, args.fail_on_new,
+                    len(paths), plotted_hosts(probes, plan), os.path.join(args.rules_dir, "catalog.yml"),
+                    args.inventory)
+    job.staging = fleet.stage(args.run_dir)
+    try:
+        digests = fleet.report_hosts(job, paths, args.jobs)
+        diff = baseline_mod.diff(base, [d["host"] for d in digests], [d["baseline"] for d in digests]) if base else None
+        summary = reports.summarize_digests(digests, run_id, args.fail_on, args.unreachable_incomplete, now,
+                                            baseline=diff, fail_on_new=args.fail_on_new)
+        fleet.put_hosts_in_place(args.run_dir, job.staging)
+        fleet.write_fleet_files(job, summary, digests)
+    finally:
+        fleet.discard(job.staging)
+    reports.point_latest(os.path.dirname(os.path.normpath(args.run_dir)), args.run_dir)
+    print(reports.terminal_table(summary))
+    return reports.EXIT_CODES[summary["verdict"]]
 
 
 def load_host_reports(run_dir):
@@ -207,6 +127,8 @@ def check_host_report(report, path):
 def cmd_gate(args):
     """Re-evaluate a finished run offline: same reports, the policy given now, waivers as of now."""
     base = load_baseline(args)
+    if base:
+        base.check_every_host()
     host_reports = load_host_reports(args.run_dir)
     now = reports.utc_now()
     catalog = catalog_mod.load(args.rules_dir)
@@ -320,6 +242,9 @@ def main(argv=None):
     for name in ("report", "merge"):
         sub.choices[name].add_argument("--inventory", metavar="DIR",
                                        help="inventory folder: report.sarif points at its host_vars/<host>.yml files")
+        sub.choices[name].add_argument("--jobs", type=int, default=fleet.default_jobs(), metavar="N",
+                                       help="worker processes for fleets of %d hosts or more (default: the CPUs "
+                                            "this process may use, %d here)" % (fleet.PARALLEL_FROM, fleet.default_jobs()))
     p = sub.add_parser("kernel-gate", help=cmd_kernel_gate.__doc__)
     p.add_argument("run_dir", help="the run with the candidate (and, unless --baseline-run, the baseline)")
     p.add_argument("--baseline", required=True, help="inventory name of the baseline host")

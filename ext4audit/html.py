@@ -15,8 +15,10 @@ import base64
 import functools
 import glob
 import hashlib
+import io
 import json
 import os
+import urllib.parse
 
 from markupsafe import Markup
 
@@ -30,6 +32,8 @@ MAX_PLOTTED_HOSTS = 10
 # remediation and references; larger ones link each finding to its rule's entry (one per rule),
 # which keeps 10,000 hosts to tens of MiB.
 DETAILED_HOSTS = 20
+# Runs up to this size give every host a section; larger ones only the hosts that need attention.
+ALL_SECTIONS = 200
 KERNEL_GATE_SCHEMA = "ext4-fleet-audit/kernel-gate/v1"  # kernel_gate.SCHEMA; that module loads scipy
 
 
@@ -93,18 +97,22 @@ def _severity_counts(findings):
     return counts
 
 
-def _dspans(run_dir, hosts):
-    """Each host's run d-spans from the raw probe records in <run_dir>/probe (the host report keeps
-    only their quantiles; the CDF needs every run). Records were checked by the report step."""
+def _dspan_records(run_dir, hosts):
+    """The raw probe records of `hosts` in <run_dir>/probe, by host (the host report keeps only
+    the d-span quantiles; the CDF needs every run). Records were checked by the report step."""
     found = {}
-    for path in sorted(glob.glob(os.path.join(run_dir or "", "probe", "*.json"))):
+    for path in sorted(glob.glob(os.path.join(run_dir or "", "probe", "*.json"))) if hosts else ():
         doc = reports.read_json(path, "probe file")
-        if not isinstance(doc, dict) or doc.get("host") not in hosts:
-            continue
-        runs = ((doc.get("result") or {}).get("sweep") or {}).get("runs") or []
-        found[doc["host"]] = [r["dspan"] for r in runs if isinstance(r, dict)
-                              and isinstance(r.get("dspan"), (int, float)) and not isinstance(r["dspan"], bool)]
+        if isinstance(doc, dict) and doc.get("host") in hosts:
+            found[doc["host"]] = doc
     return found
+
+
+def _dspans_of(record):
+    """A probe record's run d-spans."""
+    runs = (((record or {}).get("result") or {}).get("sweep") or {}).get("runs") or []
+    return [r["dspan"] for r in runs if isinstance(r, dict)
+            and isinstance(r.get("dspan"), (int, float)) and not isinstance(r["dspan"], bool)]
 
 
 def _probe_view(section, dspans, index):
@@ -154,74 +162,118 @@ def _fails(finding, policy):
         not policy.get("fail_on_new") or finding.get("baseline") == "new")
 
 
-def _rows_and_hosts(summary, host_reports, run_dir):
-    """The overview rows and the per-host views (findings worst first, probe plots drawn)."""
-    probed = [r["host"] for r in host_reports if ((r.get("probe") or {}).get("sweep") or {}).get("runs_completed")]
-    plotted = set(probed[:MAX_PLOTTED_HOSTS])
-    dspans = _dspans(run_dir, plotted) if plotted else {}
-    rows, hosts, policy = [], [], summary["policy"]
-    for index, report in enumerate(host_reports):
+def row(digest):
+    """A host's row of the fleet table, from its reports.digest (with its index in the run)."""
+    worst = digest["row"]["worst"]
+    return {"index": digest["index"], "host": digest["host"], "status": digest["status"], "worst": worst,
+            "worst_rank": severity_rank(worst) if worst else -1, "counts": digest["by_severity"],
+            "waived": digest["row"]["waived"], "failing": len(digest["bad"]), "errors": digest["row"]["errors"],
+            "probe": digest["row"]["probe"], "section": digest["section"],
+            "file": "hosts/" + urllib.parse.quote(reports.safe_name(digest["host"]) + ".json")}
+
+
+def has_section(digest, hosts):
+    """Whether a host gets its own section in a run of `hosts` hosts: in small runs every host, in
+    larger ones the hosts the gate or a person has to act on (reports.digest's attention). Another
+    host's row links to its hosts/<name>.json: 10,000 full sections are a page no browser opens."""
+    return hosts <= ALL_SECTIONS or digest["attention"]
+
+
+class Sections:
+    """Renders host sections; the same for every host of a run (workers of the report step each
+    make one). probe_records: the run's raw probe records by host (the d-span CDF needs every
+    run); plotted: the hosts whose probe gets pictures."""
+
+    def __init__(self, policy, hosts, catalog, plotted=(), probe_records=None):
+        self.template = _environment().get_template("host.html.j2")
+        self.policy, self.detailed = policy, hosts <= DETAILED_HOSTS
+        self.rationales = dict((rule["id"], rule.get("rationale")) for rule in catalog.rules) if catalog else {}
+        self.plotted, self.probe_records = set(plotted), probe_records or {}
+
+    def render(self, report, digest):
         findings = sorted(report["findings"], key=lambda f: (-severity_rank(f["severity"]), f["rule"],
                                                              f.get("mountpoint") or ""))
-        unwaived = [f for f in findings if not f["waived"]]
-        worst = max((f["severity"] for f in unwaived), key=severity_rank, default=None)
-        row = {"index": index, "host": report["host"], "status": report["status"], "worst": worst,
-               "worst_rank": severity_rank(worst) if worst else -1, "counts": _severity_counts(findings),
-               "waived": len(findings) - len(unwaived),
-               "failing": sum(_fails(f, policy) for f in findings),
-               "errors": len(report.get("errors") or []), "probe": (report.get("probe") or {}).get("status")}
-        rows.append(row)
-        view = _probe_view(report["probe"], dspans.get(report["host"]), index) if report["host"] in plotted else None
-        hosts.append({"index": index, "row": row, "report": report, "findings": findings,
-                      "probe": report.get("probe"), "probe_view": view,
-                      "detailed": len(host_reports) <= DETAILED_HOSTS})
-    return rows, hosts, len(probed), len(plotted)
+        view = None
+        if report["host"] in self.plotted:
+            view = _probe_view(report["probe"], _dspans_of(self.probe_records.get(report["host"])), digest["index"])
+        return self.template.render(h={"index": digest["index"], "row": row(digest), "report": report,
+                                       "findings": findings, "probe": report.get("probe"), "probe_view": view,
+                                       "detailed": self.detailed}, rationales=self.rationales)
 
 
-def _glossary(host_reports, catalog):
+def plotted_hosts(probed):
+    """The hosts whose probe gets pictures: of the hosts whose sweep completed runs, the first
+    MAX_PLOTTED_HOSTS by name (the report step knows them before it has read any host)."""
+    return sorted(probed)[:MAX_PLOTTED_HOSTS]
+
+
+def _glossary(rule_ids, catalog, found=None):
     """One entry per rule found in the run, worst base severity first: its rationale, remediation
-    and references from the catalog (or, for a rule the catalog lacks, from a finding)."""
-    first = {}
-    for report in host_reports:
-        for finding in report["findings"]:
-            first.setdefault(finding["rule"], finding)
+    and references from the catalog (or, for a rule the catalog lacks, from a finding: found)."""
     rules = catalog.by_id if catalog is not None else {}
     entries = []
-    for rule_id, finding in first.items():
+    for rule_id in rule_ids:
         rule = rules.get(rule_id) or {}
+        finding = (found or {}).get(rule_id) or {}
         entries.append({"id": rule_id, "title": rule.get("title") or finding.get("title"),
-                        "severity": rule.get("severity") or finding.get("base_severity") or finding["severity"],
+                        "severity": rule.get("severity") or finding.get("base_severity") or finding.get("severity"),
                         "rationale": rule.get("rationale"), "seed": rule.get("seed") or finding.get("seed"),
                         "remediation": rule.get("remediation") or finding.get("remediation") or {},
                         "references": rule.get("references") or finding.get("references") or []})
     return sorted(entries, key=lambda e: (-severity_rank(e["severity"]), e["id"]))
 
 
-def _context(summary, host_reports, catalog, run_dir):
-    rows, hosts, probed, plotted = _rows_and_hosts(summary, host_reports, run_dir)
-    glossary = _glossary(host_reports, catalog)
+def write_page(out, summary, digests, sections, catalog=None, run_dir=None, found=None):
+    """Stream the page to `out`: digests are every host's reports.digest in run order (with its
+    index and whether it has a section), sections the host sections' HTML in pieces, in order."""
+    rule_ids = sorted(set(rule for d in digests for (_, rule, _), _ in d["metrics"]))
+    glossary = _glossary(rule_ids, catalog, found)
     gate, gate_plot, gate_error = _kernel_gate(run_dir)
     script = _asset("report.js")
-    return dict(summary=summary, rows=rows, hosts=hosts, glossary=glossary,
-                rationales=dict((g["id"], g["rationale"]) for g in glossary),
-                severities=SEVERITIES, severities_desc=list(reversed(SEVERITIES)), baseline=summary.get("baseline"),
-                probed=probed, plotted=plotted, max_plotted=MAX_PLOTTED_HOSTS,
-                gate=gate, gate_plot=Markup(gate_plot) if gate_plot else None, gate_error=gate_error,
-                csp=csp(script), script=Markup(script), css=Markup(_asset("report.css")))
+    probed = sum(1 for d in digests if d["probe_plotted"])
+    template = _environment().get_template("report.html.j2")
+    for chunk in template.generate(
+            summary=summary, rows=[row(d) for d in digests], sections=(Markup(piece) for piece in sections),
+            hidden=sum(1 for d in digests if not d["section"]), glossary=glossary,
+            severities=SEVERITIES, severities_desc=list(reversed(SEVERITIES)), baseline=summary.get("baseline"),
+            probed=probed, plotted=min(probed, MAX_PLOTTED_HOSTS), max_plotted=MAX_PLOTTED_HOSTS,
+            gate=gate, gate_plot=Markup(gate_plot) if gate_plot else None, gate_error=gate_error,
+            csp=csp(script), script=Markup(script), css=Markup(_asset("report.css"))):
+        out.write(chunk)
+
+
+def _pieces(summary, host_reports, catalog, run_dir):
+    """(digests, sections, found) for host reports held in memory (render, write)."""
+    policy = summary["policy"]
+    compared = summary.get("baseline") is not None
+    digests = []
+    for index, report in enumerate(host_reports):
+        d = reports.digest(report, policy["fail_on"], policy.get("fail_on_new"), compared)
+        d.update(index=index, section=has_section(d, len(host_reports)))
+        digests.append(d)
+    plotted = plotted_hosts(d["host"] for d in digests if d["probe_plotted"])
+    renderer = Sections(policy, len(host_reports), catalog, plotted, _dspan_records(run_dir, set(plotted)))
+    sections = (renderer.render(r, d) for r, d in zip(host_reports, digests) if d["section"])
+    found = {}
+    for report in host_reports:
+        for finding in report["findings"]:
+            found.setdefault(finding["rule"], finding)
+    return digests, sections, found
 
 
 def render(summary, host_reports, catalog=None, run_dir=None):
     """The page as a string. catalog: the loaded rule catalog (rationale and references per rule;
     a rule missing from it shows what its findings carry). run_dir: where the raw probe records
     (for the d-span CDFs) and kernel_gate.json are, when there are any."""
-    return _environment().get_template("report.html.j2").render(**_context(summary, host_reports, catalog, run_dir))
+    out = io.StringIO()
+    digests, sections, found = _pieces(summary, host_reports, catalog, run_dir)
+    write_page(out, summary, digests, sections, catalog, run_dir, found)
+    return out.getvalue()
 
 
 def write(path, summary, host_reports, catalog=None, run_dir=None):
-    """Write the page to `path` atomically, streamed: 10,000 hosts make a page of about 40 MB,
-    which as one string (and its UTF-8 copy) would cost several times that in memory."""
-    template = _environment().get_template("report.html.j2")
-    context = _context(summary, host_reports, catalog, run_dir)
+    """Write the page to `path` atomically, streamed (the report step itself goes through
+    fleet.py, which renders the host sections in its workers)."""
+    digests, sections, found = _pieces(summary, host_reports, catalog, run_dir)
     with reports.atomic_file(path) as out:
-        for chunk in template.generate(**context):
-            out.write(chunk)
+        write_page(out, summary, digests, sections, catalog, run_dir, found)

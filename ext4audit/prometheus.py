@@ -41,7 +41,8 @@ class _Run(Collector):
         return iter(self.families)
 
 
-def families(summary, host_reports):
+def families(summary, digests):
+    """The metric families of a run, from every host's reports.digest."""
     findings = GaugeMetricFamily("ext4audit_findings", "Unwaived findings of the last audit run",
                                  labels=["host", "rule", "severity"])
     waived = GaugeMetricFamily("ext4audit_waived_findings", "Waived findings of the last audit run",
@@ -52,23 +53,16 @@ def families(summary, host_reports):
                               labels=["host", "quantile"])
     probe_status = GaugeMetricFamily("ext4audit_probe_status", "1 for the status of the host's probe",
                                      labels=["host", "status"])
-    for report in host_reports:
-        host = _text(report["host"])
-        audited.add_metric([host], 1 if report["status"] == "audited" else 0)
-        counts = {}
-        for finding in report["findings"]:
-            key = (bool(finding["waived"]), _text(finding["rule"]), finding["severity"])
-            counts[key] = counts.get(key, 0) + 1
-        for (is_waived, rule, severity), count in sorted(counts.items()):
-            (waived if is_waived else findings).add_metric([host, rule, severity], count)
-        section = report.get("probe")
-        if section:
-            probe_status.add_metric([host, _text(section["status"])], 1)
-            sweep = section.get("sweep") or {}
-            values = (sweep.get("dspan") or {}) if sweep.get("runs_completed") else {}
+    for digest in digests:
+        host = _text(digest["host"])
+        audited.add_metric([host], 1 if digest["status"] == "audited" else 0)
+        for (is_waived, rule, severity), count in digest["metrics"]:
+            (waived if is_waived else findings).add_metric([host, _text(rule), severity], count)
+        if digest["row"]["probe"] is not None:
+            probe_status.add_metric([host, _text(digest["row"]["probe"])], 1)
             for quantile, key in QUANTILES:
-                if values.get(key) is not None:
-                    dspan.add_metric([host, quantile], values[key])
+                if digest["dspan"].get(key) is not None:
+                    dspan.add_metric([host, quantile], digest["dspan"][key])
     moment = datetime.datetime.strptime(summary["generated_at"], "%Y-%m-%dT%H:%M:%SZ")
     last_run = GaugeMetricFamily("ext4audit_last_run_timestamp_seconds", "When the last audit run's report was made",
                                  value=moment.replace(tzinfo=datetime.timezone.utc).timestamp())
@@ -88,8 +82,14 @@ def families(summary, host_reports):
 
 
 def text(summary, host_reports):
-    return generate_latest(_Run(families(summary, host_reports))).decode("utf-8")
+    """The file's text for host reports held in memory."""
+    policy = summary["policy"]
+    return text_of(summary, [reports.digest(r, policy["fail_on"], policy.get("fail_on_new")) for r in host_reports])
 
 
-def write(path, summary, host_reports):
-    reports.write_atomic(path, text(summary, host_reports))
+def text_of(summary, digests):
+    return generate_latest(_Run(families(summary, digests))).decode("utf-8")
+
+
+def write(path, summary, digests):
+    reports.write_atomic(path, text_of(summary, digests))

@@ -67,12 +67,16 @@ def write_atomic(path, text, durable=True):
         out.write(text)
 
 
+def dump_compact(doc):
+    """One line, by the C encoder (host reports: an indented dump is pure Python and four times
+    slower at fleet scale)."""
+    return json.dumps(doc, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
 def write_json(path, doc, compact=False, durable=True):
-    """compact: one line, by the C encoder (host reports: an indented dump is pure Python and four
-    times slower at fleet scale); otherwise indented for people."""
-    text = (json.dumps(doc, sort_keys=True, ensure_ascii=False, separators=(",", ":")) if compact
-            else json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False))
-    write_atomic(path, text + "\n", durable)
+    """compact: see dump_compact; otherwise indented for people."""
+    write_atomic(path, dump_compact(doc) if compact else json.dumps(doc, indent=2, sort_keys=True,
+                                                                    ensure_ascii=False) + "\n", durable)
 
 
 def read_json(path, what):
@@ -140,24 +144,70 @@ def failing(finding, fail_on):
     return not finding["waived"] and severity_rank(finding["severity"]) >= severity_rank(fail_on)
 
 
+def digest(report, fail_on, fail_on_new=False, compared=False):
+    """What the fleet files need from one host report, in a few hundred bytes: the report step
+    keeps this for every host and no host's full report (fleet.py). compared: the findings carry
+    baseline marks (baseline.compare_host ran)."""
+    findings = report["findings"]
+    unwaived = [f for f in findings if not f["waived"]]
+    by_severity, by_rule, metrics = dict((s, 0) for s in SEVERITIES), {}, {}
+    for finding in unwaived:
+        by_severity[finding["severity"]] += 1
+        by_rule[finding["rule"]] = by_rule.get(finding["rule"], 0) + 1
+    for finding in findings:
+        key = (bool(finding["waived"]), finding["rule"], finding["severity"])
+        metrics[key] = metrics.get(key, 0) + 1
+    failing_ = [f for f in unwaived if severity_rank(f["severity"]) >= severity_rank(fail_on)]
+    fails_policy = [f for f in failing_ if not fail_on_new or f.get("baseline") == "new"]
+    section = report.get("probe")
+    sweep = (section or {}).get("sweep") or {}
+    worst = max((f["severity"] for f in unwaived), key=severity_rank, default=None)
+    new = sum(f.get("baseline") == "new" for f in unwaived) if compared else None
+    expired = [dict(w, host=report["host"]) for w in report.get("expired_waivers") or []]
+    errors = len(report.get("errors") or [])
+    probe_failed = section is not None and section["status"] in probe.FAILED
+    return {
+        "host": report["host"], "status": report["status"], "reason": report.get("reason"),
+        "row": {"host": report["host"], "status": report["status"], "worst": worst, "findings": len(unwaived),
+                "failing": len(failing_), "new": new, "waived": len(findings) - len(unwaived), "errors": errors,
+                "probe": (section or {}).get("status")},
+        "by_severity": by_severity, "by_rule": by_rule, "metrics": sorted(metrics.items()),
+        "undetermined": len(report.get("undetermined") or []),
+        "bad": [(f["rule"], f["severity"]) for f in fails_policy],
+        "expired_waivers": expired,
+        "probe": probe_overview(report["host"], section) if section else None,
+        "probe_failed": {"host": report["host"], "status": section["status"], "reason": section["reason"]}
+        if probe_failed else None,
+        "probe_plotted": bool(sweep.get("runs_completed")),
+        "dspan": (sweep.get("dspan") or {}) if sweep.get("runs_completed") else {},
+        # report.html gives a host its own section when the gate or a person has to act on it
+        "attention": bool(report["status"] != "audited" or fails_policy or probe_failed or expired or new),
+    }
+
+
 def verdict(host_reports, fail_on, unreachable_is_incomplete, fail_on_new=False):
+    """Return (verdict, one-line reason) for host reports (see verdict_of)."""
+    return verdict_of([digest(r, fail_on, fail_on_new) for r in host_reports], fail_on, unreachable_is_incomplete,
+                      fail_on_new)
+
+
+def verdict_of(digests, fail_on, unreachable_is_incomplete, fail_on_new=False):
     """Return (verdict, one-line reason). incomplete outranks fail: a gate that could not look
     at every host cannot vouch for the fleet, and says what it did find as well. fail_on_new:
     only findings new since the baseline count (marked by baseline.compare)."""
-    audited = [r for r in host_reports if r["status"] == "audited"]
-    missing = [r for r in host_reports if r["status"] != "audited"]
-    bad = [(r["host"], f) for r in audited for f in r["findings"]
-           if failing(f, fail_on) and (not fail_on_new or f.get("baseline") == "new")]
+    audited = [d for d in digests if d["status"] == "audited"]
+    missing = [d for d in digests if d["status"] != "audited"]
+    bad = [(d["host"], rule, severity) for d in audited for rule, severity in d["bad"]]
     kind = "new finding" if fail_on_new else "finding"
-    found = ("%d %s(s) at or above %s on %d host(s)" % (len(bad), kind, fail_on, len(set(h for h, _ in bad)))
+    found = ("%d %s(s) at or above %s on %d host(s)" % (len(bad), kind, fail_on, len(set(b[0] for b in bad)))
              if bad else "no unwaived %s at or above %s" % (kind, fail_on))
     if not audited:
         return "incomplete", "no host was audited" + ("" if not missing else ": " + _host_statuses(missing))
     if missing and unreachable_is_incomplete:
         return "incomplete", "%d host(s) not audited (%s); %s" % (len(missing), _host_statuses(missing), found)
     if bad:
-        first = bad[0]
-        return "fail", "%s, e.g. %s %s on %s" % (found, first[1]["rule"], first[1]["severity"], first[0])
+        host, rule, severity = bad[0]
+        return "fail", "%s, e.g. %s %s on %s" % (found, rule, severity, host)
     return "pass", found + " on %d host(s)" % len(audited)
 
 
@@ -178,37 +228,30 @@ def probe_overview(host, section):
 
 
 def summarize(host_reports, run_id, fail_on, unreachable_is_incomplete, now, baseline=None, fail_on_new=False):
+    """The fleet summary of host reports (see summarize_digests)."""
+    digests = [digest(r, fail_on, fail_on_new, compared=baseline is not None) for r in host_reports]
+    return summarize_digests(digests, run_id, fail_on, unreachable_is_incomplete, now, baseline, fail_on_new)
+
+
+def summarize_digests(digests, run_id, fail_on, unreachable_is_incomplete, now, baseline=None, fail_on_new=False):
     """The fleet summary. `probe` has an overview of each host with a probe record. A probe
     that failed does not change the verdict (the static audit decides) but is never silent: it
     is listed in probe.failed and named in the reason line. baseline: the diff from
     baseline.compare (None without a baseline); fail_on_new needs one."""
-    result, reason = verdict(host_reports, fail_on, unreachable_is_incomplete, fail_on_new)
+    result, reason = verdict_of(digests, fail_on, unreachable_is_incomplete, fail_on_new)
     if baseline is not None:
         reason += "; since baseline %s: %d new, %d resolved" % (baseline["run_id"], len(baseline["new"]),
                                                              len(baseline["resolved"]))
-    probed = [r for r in host_reports if r.get("probe")]
-    probe_failed = [{"host": r["host"], "status": r["probe"]["status"], "reason": r["probe"]["reason"]}
-                    for r in probed if r["probe"]["status"] in probe.FAILED]
+    probe_failed = [d["probe_failed"] for d in digests if d["probe_failed"]]
     if probe_failed:
         reason += "; probe did not run on %d host(s) (%s)" % (len(probe_failed), _host_statuses(probe_failed))
     by_severity = dict((s, 0) for s in SEVERITIES)
-    by_rule, hosts, expired = {}, [], []
-    waived = undetermined = 0
-    for report in host_reports:
-        unwaived = [f for f in report["findings"] if not f["waived"]]
-        waived += len(report["findings"]) - len(unwaived)
-        undetermined += len(report.get("undetermined") or [])
-        for finding in unwaived:
-            by_severity[finding["severity"]] += 1
-            by_rule[finding["rule"]] = by_rule.get(finding["rule"], 0) + 1
-        worst = max((f["severity"] for f in unwaived), key=severity_rank, default=None)
-        hosts.append({"host": report["host"], "status": report["status"], "worst": worst,
-                      "findings": len(unwaived), "failing": sum(failing(f, fail_on) for f in unwaived),
-                      "new": sum(f.get("baseline") == "new" for f in unwaived) if baseline is not None else None,
-                      "waived": len(report["findings"]) - len(unwaived),
-                      "errors": len(report.get("errors") or []),
-                      "probe": (report.get("probe") or {}).get("status")})
-        expired += [dict(w, host=report["host"]) for w in report.get("expired_waivers") or []]
+    by_rule = {}
+    for d in digests:
+        for severity, count in d["by_severity"].items():
+            by_severity[severity] += count
+        for rule, count in d["by_rule"].items():
+            by_rule[rule] = by_rule.get(rule, 0) + count
     return {
         "schema": SUMMARY_SCHEMA,
         "run_id": run_id,
@@ -218,13 +261,14 @@ def summarize(host_reports, run_id, fail_on, unreachable_is_incomplete, now, bas
         "verdict": result,
         "reason": reason,
         "counts": {"by_severity": by_severity, "by_rule": dict(sorted(by_rule.items())),
-                   "waived": waived, "undetermined": undetermined,
-                   "hosts": len(host_reports), "hosts_audited": sum(r["status"] == "audited" for r in host_reports)},
-        "hosts": hosts,
-        "hosts_not_audited": [{"host": r["host"], "status": r["status"], "reason": r.get("reason")}
-                              for r in host_reports if r["status"] != "audited"],
-        "expired_waivers": expired,
-        "probe": {"hosts": [probe_overview(r["host"], r["probe"]) for r in probed], "failed": probe_failed},
+                   "waived": sum(d["row"]["waived"] for d in digests),
+                   "undetermined": sum(d["undetermined"] for d in digests),
+                   "hosts": len(digests), "hosts_audited": sum(d["status"] == "audited" for d in digests)},
+        "hosts": [d["row"] for d in digests],
+        "hosts_not_audited": [{"host": d["host"], "status": d["status"], "reason": d["reason"]}
+                              for d in digests if d["status"] != "audited"],
+        "expired_waivers": [w for d in digests for w in d["expired_waivers"]],
+        "probe": {"hosts": [d["probe"] for d in digests if d["probe"]], "failed": probe_failed},
         "baseline": baseline,
     }
 
@@ -248,59 +292,64 @@ def _attrib(value):
     return xml_text(value).translate(_XML_ATTRIB)
 
 
-def junit_chunks(host_reports, fail_on):
-    """junit.xml in pieces, written as they come (10,000 hosts make over 100 MB): the document
-    ElementTree would make, indented as ET.indent does, without holding a tree of it in memory.
-    A test suite per host, a test case per host x rule x filesystem."""
-    yield '<?xml version="1.0" encoding="UTF-8"?>\n<testsuites name="ext4-fleet-audit"'
+JUNIT_HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n<testsuites name="ext4-fleet-audit"'
+
+
+def junit_suite(report, fail_on):
+    """One host's test suite: a test case per rule x filesystem (host-wide rules: per rule). The
+    document is the one ElementTree would make, indented as ET.indent does; it is written in
+    pieces (10,000 hosts make over 100 MB), never held as a tree."""
+    host = _attrib(report["host"])
+    cases, counts, names = [], {"failure": 0, "error": 0, "skipped": 0}, {}
+
+    def case(item, child=None, attributes=(), text=None):
+        key = (item["rule"], item.get("mountpoint"))  # a host has ~100 cases over a few mount points
+        if key not in names:
+            names[key] = _attrib(_case_name(item))
+        head = '\n    <testcase classname="%s" name="%s"' % (host, names[key])
+        if child is None:
+            cases.append(head + " />")
+            return
+        counts[child] = counts.get(child, 0) + 1
+        attrs = "".join(' %s="%s"' % (key, _attrib(value)) for key, value in attributes)
+        inner = ("<%s%s>%s</%s>" % (child, attrs, xml_text(text).translate(_XML_CDATA), child) if text is not None
+                 else "<%s%s />" % (child, attrs))
+        cases.append(head + ">\n      " + inner + "\n    </testcase>")
+
+    if report["status"] != "audited":
+        case({"rule": "audit"}, "error", [("message", "%s: %s" % (report["status"], report.get("reason")))])
+    for finding in report["findings"]:
+        text = "%s\nRemediation: %s\nCost: %s" % (finding["message"], finding["remediation"]["steps"],
+                                                   finding["remediation"]["cost"])
+        if failing(finding, fail_on):
+            case(finding, "failure", [("type", finding["severity"]), (
+                "message", "[%s] %s" % (finding["severity"], finding["message"]))], text)
+        elif finding["waived"]:
+            case(finding, "skipped", [("message", "waived until %s by %s: %s" % (
+                finding["waiver"]["expires"], finding["waiver"]["approver"], finding["waiver"]["justification"]))])
+        else:
+            case(finding, "system-out", text="[%s, below fail_on=%s] %s" % (finding["severity"], fail_on, text))
+    for item in report.get("undetermined") or []:
+        case(item, "skipped", [("message", "undetermined: missing " + ", ".join(item["missing"]))])
+    for item in report.get("passed") or []:
+        case(item)
+    suite = '\n  <testsuite name="%s" tests="%d" failures="%d" errors="%d" skipped="%d"' % (
+        host, len(cases), counts["failure"], counts["error"], counts["skipped"])
+    return suite + (">" + "".join(cases) + "\n  </testsuite>" if cases else " />")
+
+
+def junit_document(suites):
+    """junit.xml in pieces from the hosts' suites (strings, in host order)."""
+    yield JUNIT_HEAD
     empty = True
-    for report in host_reports:
-        host = _attrib(report["host"])
-        cases, counts = [], {"failure": 0, "error": 0, "skipped": 0}
-
-        def case(name, child=None, attributes=(), text=None):
-            head = '\n    <testcase classname="%s" name="%s"' % (host, _attrib(name))
-            if child is None:
-                cases.append(head + " />")
-                return
-            counts[child] = counts.get(child, 0) + 1
-            attrs = "".join(' %s="%s"' % (key, _attrib(value)) for key, value in attributes)
-            inner = ("<%s%s>%s</%s>" % (child, attrs, xml_text(text).translate(_XML_CDATA), child) if text is not None
-                     else "<%s%s />" % (child, attrs))
-            cases.append(head + ">\n      " + inner + "\n    </testcase>")
-
-        if report["status"] != "audited":
-            case("audit", "error", [("message", "%s: %s" % (report["status"], report.get("reason")))])
-        for finding in report["findings"]:
-            text = "%s\nRemediation: %s\nCost: %s" % (finding["message"], finding["remediation"]["steps"],
-                                                       finding["remediation"]["cost"])
-            if failing(finding, fail_on):
-                case(_case_name(finding), "failure", [("type", finding["severity"]), (
-                    "message", "[%s] %s" % (finding["severity"], finding["message"]))], text)
-            elif finding["waived"]:
-                case(_case_name(finding), "skipped", [("message", "waived until %s by %s: %s" % (
-                    finding["waiver"]["expires"], finding["waiver"]["approver"], finding["waiver"]["justification"]))])
-            else:
-                case(_case_name(finding), "system-out", text="[%s, below fail_on=%s] %s" % (finding["severity"], fail_on, text))
-        for item in report.get("undetermined") or []:
-            case(_case_name(item), "skipped", [("message", "undetermined: missing " + ", ".join(item["missing"]))])
-        for item in report.get("passed") or []:
-            case(_case_name(item))
-        suite = '\n  <testsuite name="%s" tests="%d" failures="%d" errors="%d" skipped="%d"' % (
-            host, len(cases), counts["failure"], counts["error"], counts["skipped"])
-        yield ("" if not empty else ">") + suite + (">" + "".join(cases) + "\n  </testsuite>" if cases else " />")
+    for suite in suites:
+        yield (">" if empty else "") + suite
         empty = False
     yield " />\n" if empty else "\n</testsuites>\n"
 
 
 def junit(host_reports, fail_on):
-    return "".join(junit_chunks(host_reports, fail_on))
-
-
-def write_junit(path, host_reports, fail_on):
-    with atomic_file(path) as out:
-        for chunk in junit_chunks(host_reports, fail_on):
-            out.write(chunk)
+    return "".join(junit_document(junit_suite(r, fail_on) for r in host_reports))
 
 
 def _case_name(item):

@@ -133,14 +133,41 @@ def _result(host, finding, rule_index, lines, catalog_uri, uri, with_baseline):
     return result
 
 
+class Results:
+    """Makes each host's results; the same for every host of a run (workers of the report step
+    each make one). catalog_path: the catalog file the rules came from (for line numbers);
+    inventory: the inventory folder whose host_vars files results point at."""
+
+    def __init__(self, catalog, catalog_path=None, inventory=None, with_baseline=False):
+        catalog_path = catalog_path or os.path.join(catalog_mod.RULES_DIR, "catalog.yml")
+        self.lines = rule_lines(catalog_path)
+        self.catalog_uri = _repo_path(catalog_path) or "rules/catalog.yml"
+        self.index = dict((rule["id"], number) for number, rule in enumerate(catalog.rules))
+        self.inventory, self.with_baseline = inventory, with_baseline
+
+    def of_host(self, report):
+        """The host's results as JSON text, one per line, comma-separated ("" without findings)."""
+        if not report["findings"]:
+            return ""
+        uri = _host_vars(self.inventory, report["host"])
+        return ",\n".join(json.dumps(_result(report["host"], finding, self.index.get(finding["rule"]), self.lines,
+                                             self.catalog_uri, uri, self.with_baseline))
+                          for finding in report["findings"])
+
+
 def write(path, summary, host_reports, catalog, catalog_path=None, inventory=None):
-    """Write report.sarif atomically. catalog_path: the catalog file the rules came from (for line
-    numbers); inventory: the inventory folder whose host_vars files results point at."""
-    catalog_path = catalog_path or os.path.join(catalog_mod.RULES_DIR, "catalog.yml")
-    lines = rule_lines(catalog_path)
-    catalog_uri = _repo_path(catalog_path) or "rules/catalog.yml"
+    """Write report.sarif atomically for host reports held in memory (the report step goes
+    through fleet.py, which makes the results in its workers)."""
+    results = Results(catalog, catalog_path, inventory, summary.get("baseline") is not None)
+    pieces = [piece for piece in (results.of_host(report) for report in host_reports) if piece]
+    write_log(path, summary, catalog, [",\n".join(pieces)])
+
+
+def write_log(path, summary, catalog, results, durable=True):
+    """Write report.sarif atomically; results: the text of the results array (the hosts' results
+    as Results.of_host makes them, comma-separated) in pieces, streamed into the file without
+    indentation (10,000 hosts make over 100 MB)."""
     rules = [_rule_descriptor(rule) for rule in catalog.rules]
-    index = dict((rule["id"], number) for number, rule in enumerate(catalog.rules))
     notes = [{"level": "error", "message": {"text": "%s was not audited: %s: %s" % (
                   h["host"], h["status"], h["reason"] or "no reason given")},
               "properties": {"host": h["host"], "status": h["status"]}} for h in summary["hosts_not_audited"]]
@@ -160,14 +187,8 @@ def write(path, summary, host_reports, catalog, catalog_path=None, inventory=Non
         }],
     }
     head, tail = json.dumps(log).split(_PLACEHOLDER)
-    with_baseline = summary.get("baseline") is not None
-    with reports.atomic_file(path) as out:
+    with reports.atomic_file(path, durable) as out:
         out.write(head + '"results": [')
-        first = True
-        for report in host_reports:
-            uri = _host_vars(inventory, report["host"]) if report["findings"] else None
-            for finding in report["findings"]:
-                out.write(("" if first else ",\n") + json.dumps(_result(
-                    report["host"], finding, index.get(finding["rule"]), lines, catalog_uri, uri, with_baseline)))
-                first = False
+        for piece in results:
+            out.write(piece)
         out.write("]" + tail + "\n")

@@ -3,9 +3,10 @@ aggregation) SIGKILLed at several points while it works on a large synthetic run
 reports/latest on the previous run, complete, every file parsing; latest only ever moves to a
 run that is complete.
 
-Kill points: 6 at seeded random times over the step's measured duration, plus 2 triggered by
-what the step has written (the first host reports on disk; summary.json on disk), so the
-windows between the first write and the move of `latest` are hit for certain.
+Kill points: 6 at seeded random times over the step's measured duration, plus 3 triggered by
+what the step has written (the workers' first host reports in the staging folder; hosts/ moved
+into place; summary.json on disk), so the windows between the first write and the move of
+`latest` are hit for certain. After each kill no worker process of the step is left.
 """
 
 import glob
@@ -118,6 +119,25 @@ def point_latest(reports, name):
     os.replace(tmp, os.path.join(reports, "latest"))
 
 
+def workers_left(run_dir, grace=3.0):
+    """Processes of a report step on run_dir still alive `grace` s after it was killed (its
+    workers are forks of it: the same command line)."""
+    deadline = time.monotonic() + grace
+    while True:
+        alive = []
+        for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
+            try:
+                with open(cmdline, "rb") as handle:
+                    args = handle.read().split(b"\0")
+            except OSError:
+                continue
+            if b"ext4audit" in args and run_dir.encode() in args:
+                alive.append(cmdline.split("/")[2])
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.05)
+
+
 def kill_when(proc, condition, timeout=120):
     """SIGKILL proc as soon as condition() holds; False if proc ended first."""
     deadline = time.monotonic() + timeout
@@ -132,7 +152,7 @@ def kill_when(proc, condition, timeout=120):
     raise AssertionError("the report step did not get there in %d s" % timeout)
 
 
-def test_report_step_sigkilled_at_8_points_leaves_latest_on_a_complete_run(tmp_path):
+def test_report_step_sigkilled_at_9_points_leaves_latest_on_a_complete_run(tmp_path):
     reports = str(tmp_path / "reports")
     previous, current = os.path.join(reports, "run-a"), os.path.join(reports, "run-b")
     write_facts(previous, HOSTS)
@@ -149,8 +169,8 @@ def test_report_step_sigkilled_at_8_points_leaves_latest_on_a_complete_run(tmp_p
     points = [round(duration * rng.uniform(0.05, 1.0), 3) for _ in range(6)]
     print("report step of %d hosts: %.2f s uninterrupted; seed %d, kill points (s): %s"
           % (HOSTS, duration, SEED, points))
-    triggers = [("first host reports written", lambda: len(os.listdir(os.path.join(current, "hosts"))) > 0
-                 if os.path.isdir(os.path.join(current, "hosts")) else False),
+    triggers = [("first host reports staged", lambda: bool(glob.glob(os.path.join(current, ".report-*", "hosts", "*")))),
+                ("hosts/ in place", lambda: os.path.isdir(os.path.join(current, "hosts"))),
                 ("summary.json written", lambda: os.path.exists(os.path.join(current, "summary.json")))]
     outcomes = []
     for label, point in [("at %.3f s" % p, p) for p in points] + [(t[0], t[1]) for t in triggers]:
@@ -165,6 +185,7 @@ def test_report_step_sigkilled_at_8_points_leaves_latest_on_a_complete_run(tmp_p
                 killed = proc.poll() is None
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
+            assert not workers_left(current), "worker processes outlived the killed step (kill %s)" % label
             latest = os.readlink(os.path.join(reports, "latest"))
             written = len(os.listdir(os.path.join(current, "hosts"))) if os.path.isdir(
                 os.path.join(current, "hosts")) else 0
@@ -183,8 +204,8 @@ def test_report_step_sigkilled_at_8_points_leaves_latest_on_a_complete_run(tmp_p
     print("kill, attempts, killed before the step ended, latest after, what the step had written:")
     for row in outcomes:
         print("  %-28s %d  %-5s %s  %s" % row)
-    assert len(outcomes) == 8
-    for label, attempt, killed, latest, state in outcomes[-2:]:
+    assert len(outcomes) == 9
+    for label, attempt, killed, latest, state in outcomes[-3:]:
         assert killed and latest == "run-a", "the triggered kill '%s' never hit its window in 5 tries" % label
     # the kills covered more than the reading phase: some came while files were being written
     assert any(row[4] != "0 host reports, no fleet file" and row[3] == "run-a" for row in outcomes), outcomes

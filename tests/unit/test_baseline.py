@@ -57,9 +57,20 @@ def finding(rule, severity, mountpoint="/data", device="/dev/loop0", waived=Fals
     return {"rule": rule, "severity": severity, "mountpoint": mountpoint, "device": device, "waived": waived}
 
 
+class InMemoryBaseline(baseline.Baseline):
+    """A Baseline whose host reports are given, not read from a folder."""
+
+    def __init__(self, entries):
+        super().__init__("run-0", "/nowhere", dict((host, entry["status"]) for host, entry in entries.items()))
+        self.entries = entries
+
+    def host_findings(self, host):
+        return self.entries[host]
+
+
 def base_of(hosts):
     """A Baseline as load() makes it, from {host: (status, [findings])}."""
-    return baseline.Baseline("run-0", "/nowhere", dict(
+    return InMemoryBaseline(dict(
         (host, {"status": status, "findings": dict((baseline.identity(host, f), f["severity"]) for f in found)})
         for host, (status, found) in hosts.items()))
 

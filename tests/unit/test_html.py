@@ -401,7 +401,13 @@ def test_one_thousand_hosts(tmp_path, hostile_catalog, capsys):
     with capsys.disabled():
         print("\nreport.html for 1,000 hosts: %.2f s, %.1f MiB" % (seconds, size / 2 ** 20))
     page = open(path, encoding="utf-8").read()
-    assert page.count('<tr data-status=') == 1000 and page.count('<details class="host"') == 1000
+    # above html.ALL_SECTIONS hosts, only the hosts to act on get a section; the others' rows link
+    # to their hosts/<name>.json
+    acting = [h for h in summary["hosts"] if h["status"] != "audited" or h["failing"]]
+    assert 0 < len(acting) < 1000
+    assert page.count('<tr data-status=') == 1000 and page.count('<details class="host"') == len(acting)
+    assert page.count('<a href="hosts/host-') == 1000 - len(acting)
+    assert 'href="hosts/host-0000.json"' in page or "host-0000" in [h["host"] for h in acting]
     assert page.rstrip().endswith("</html>")
     assert size < 10 * 2 ** 20, size
     assert seconds < 30, seconds  # about 0.3 s here; only a pathological slowdown trips this

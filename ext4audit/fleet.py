@@ -1,0 +1,270 @@
+"""The report step over a whole fleet: one pass per host, in worker processes, in bounded memory.
+
+Each host goes through the same steps once: read its facts record, evaluate the rules and
+waivers, mark its findings against the baseline, write hosts/<host>.json, and append its pieces
+of junit.xml, report.sarif and report.html to its shard's part files. What the fleet files need
+from a host beyond that is its digest (reports.digest), a few hundred bytes. So memory is one
+host report per worker plus every host's digest, and 10,000 hosts cost what 10 do per host.
+
+The hosts are cut into shards in file order; worker processes (one per core, forked, so they
+share the catalog, waivers, probe records and baseline index already loaded) take the shards,
+and the parts are joined in shard order: the files are the same whatever the number of workers.
+
+Nothing appears in the run folder until every host is done: hosts/ and the parts are made in a
+staging folder inside it, which any error removes (a corrupt baseline host report found halfway
+leaves nothing behind). Then hosts/ moves into place, and the fleet files are written.
+"""
+
+import concurrent.futures
+import ctypes
+import glob
+import multiprocessing
+import os
+import shutil
+import signal
+import tempfile
+
+from . import baseline as baseline_mod, html, probe, reports, sarif, waivers as waivers_mod, engine
+
+RECORD_STATUSES = ("audited", "unreachable", "failed")  # what roles/ext4_audit/tasks/facts.yml writes
+FACTS_SCHEMA = "ext4-fleet-audit/facts/v1"
+PARALLEL_FROM = 200  # hosts; below this, forking workers costs more than it saves
+SHARDS_PER_WORKER = 4  # smaller shards even out the workers' loads
+PARTS = ("junit", "sarif", "html")
+BLOCK = 1 << 20  # bytes copied at a time when the parts are joined
+
+
+def _list_of(value, types):
+    return isinstance(value, list) and all(isinstance(item, types) for item in value)
+
+
+def _check(condition, path, what):
+    if not condition:
+        raise reports.ReportError("%s: %s" % (path, what))
+
+
+def read_record(path):
+    """A facts record, checked for the shape the rules and reports read: a corrupt or foreign file
+    is a clear error (exit 2) before anything is written, never a traceback."""
+    record = reports.read_json(path, "facts record")
+    _check(isinstance(record, dict), path, "a facts record is a JSON object, this is %s" % type(record).__name__)
+    _check(isinstance(record.get("host"), str) and record["host"], path, "facts record has no host name")
+    _check(record.get("status") in RECORD_STATUSES, path, "status %r is not one of %s"
+           % (record.get("status"), ", ".join(RECORD_STATUSES)))
+    _check(record.get("groups") is None or _list_of(record["groups"], str), path, "groups is not a list of names")
+    _check(record.get("reason") is None or isinstance(record["reason"], str), path, "reason is not a string")
+    facts = record.get("facts")
+    if record["status"] != "audited" or not isinstance(facts, dict) or facts.get("schema") != FACTS_SCHEMA:
+        return record  # not audited, or facts of an unknown schema: reported as a host not audited
+    _check(isinstance(facts.get("kernel"), dict), path, "facts.kernel is missing or not an object")
+    for key in ("filesystems", "netfs"):
+        _check(_list_of(facts.get(key), dict), path, "facts.%s is missing or not a list of objects" % key)
+    _check(_list_of(facts.get("errors") or [], dict), path, "facts.errors is not a list of objects")
+    for error in facts.get("errors") or []:
+        _check(isinstance(error.get("where"), str) and isinstance(error.get("reason"), str), path,
+               "an entry of facts.errors has no where and reason strings")
+    for number, fs in enumerate((facts.get("filesystems") or []) + (facts.get("netfs") or []), 1):
+        _check(isinstance(fs.get("mountpoint"), str) and (fs.get("device") is None or isinstance(fs["device"], str))
+               and (fs.get("options") is None or _list_of(fs["options"], str))
+               and all(fs.get(k) is None or isinstance(fs[k], dict) for k in ("superblock", "queue", "jbd2", "fstab")),
+               path, "filesystem #%d has no mountpoint string, or its device, options, superblock, queue, jbd2 "
+                     "or fstab is of the wrong type" % number)
+        sb = fs.get("superblock") or {}
+        _check(all(sb.get(k) is None or (isinstance(sb[k], int) and not isinstance(sb[k], bool)) for k in
+                   ("block_size", "block_count", "blocks_per_group", "inode_size", "journal_bytes", "raid_stride",
+                    "raid_stripe_width")) and _list_of(sb.get("features") or [], str),
+               path, "filesystem #%d: a superblock number or the feature list is of the wrong type" % number)
+    return record
+
+
+def build_host_report(record, catalog, waivers, run_id, now, probes=None, plan=None):
+    """Turn one facts record written by the playbook into a host report.
+
+    probes: the run's probe records by host (None when the run had no probe), plan: its probe
+    plan. A host with a record gets a `probe` section; with probes, every finding of a rule that
+    has a confirmation says what the probe measured for it (and may be escalated).
+    """
+    host = record.get("host")
+    if not isinstance(host, str) or not host:
+        raise reports.ReportError("facts record has no host name")
+    section = probe.host_section(probes[host], plan) if probes and host in probes else None
+    report = {"schema": reports.HOST_SCHEMA, "run_id": run_id, "generated_at": reports.stamp(now),
+              "host": host, "groups": record.get("groups") or [], "status": record.get("status", "failed"),
+              "reason": record.get("reason"), "kernel": None, "filesystems": [], "netfs": [],
+              "findings": [], "undetermined": [], "passed": [], "expired_waivers": [], "errors": [],
+              "probe": section}
+    facts = record.get("facts")
+    if report["status"] == "audited" and (not isinstance(facts, dict) or facts.get("schema") != FACTS_SCHEMA):
+        report.update(status="failed", reason="facts from the host are missing or of an unknown schema")
+    elif report["status"] == "audited":
+        findings, undetermined, passed = engine.evaluate_host(facts, catalog)
+        if probes is not None:
+            probe.confirm(findings, section, catalog.by_id)
+        expired = waivers_mod.apply(findings, waivers, host, report["groups"], now)
+        report.update(kernel=facts["kernel"], filesystems=facts["filesystems"], netfs=facts["netfs"],
+                      findings=findings, undetermined=undetermined, passed=passed,
+                      expired_waivers=expired, errors=list(facts.get("errors") or []))
+    if section and section["status"] in probe.FAILED:
+        report["errors"].append({"where": "probe", "reason": "%s: %s" % (
+            section["status"], section["reason"] or "no reason given")})
+    return report
+
+
+class Job:
+    """What every host of a run is reported with: the same for every shard and worker."""
+
+    def __init__(self, run_dir, catalog, waivers, base, probes, plan, run_id, now, fail_on, fail_on_new,
+                 hosts, plotted, catalog_path=None, inventory=None):
+        self.run_dir, self.catalog, self.waivers, self.base = run_dir, catalog, waivers, base
+        self.probes, self.plan, self.run_id, self.now = probes, plan, run_id, now
+        self.fail_on, self.fail_on_new, self.hosts = fail_on, fail_on_new, hosts
+        self.plotted, self.catalog_path, self.inventory = plotted, catalog_path, inventory
+        self.staging = None
+
+
+_JOB = None  # the job of the current report step; worker processes inherit it when they fork
+
+
+def run_shard(number, paths, first_index):
+    """Report on one shard's hosts (facts record paths) and return their digests, each with its
+    index in the run, whether it has a section in report.html, and its baseline part."""
+    job = _JOB
+    results = sarif.Results(job.catalog, job.catalog_path, job.inventory, job.base is not None)
+    sections = html.Sections({"fail_on": job.fail_on, "fail_on_new": job.fail_on_new}, job.hosts, job.catalog,
+                             job.plotted, job.probes)
+    hosts_dir = os.path.join(job.staging, "hosts")
+    digests, sarif_written = [], False
+    handles = dict((name, open(_part(job.staging, name, number), "w", encoding="utf-8")) for name in PARTS)
+    try:
+        for offset, path in enumerate(paths):
+            report = build_host_report(read_record(path), job.catalog, job.waivers, job.run_id, job.now,
+                                       job.probes, job.plan)
+            part = baseline_mod.compare_host(report, job.base) if job.base else None
+            # No temporary name and no fsync per file: the whole folder is new, moves into place
+            # when complete, and is flushed once before `latest` moves.
+            try:
+                with open(os.path.join(hosts_dir, reports.safe_name(report["host"]) + ".json"), "x",
+                          encoding="utf-8") as out:
+                    out.write(reports.dump_compact(report))
+            except FileExistsError:
+                raise reports.ReportError("%s: a second facts record for host %r" % (path, report["host"]))
+            handles["junit"].write(reports.junit_suite(report, job.fail_on))
+            piece = results.of_host(report)
+            if piece:
+                handles["sarif"].write(",\n" + piece if sarif_written else piece)
+                sarif_written = True
+            digest = reports.digest(report, job.fail_on, job.fail_on_new, compared=job.base is not None)
+            digest.update(index=first_index + offset, section=html.has_section(digest, job.hosts), baseline=part)
+            if digest["section"]:
+                handles["html"].write(sections.render(report, digest))
+            digests.append(digest)
+    finally:
+        for handle in handles.values():
+            handle.close()
+    return digests
+
+
+def _part(staging, name, number):
+    return os.path.join(staging, "%s.%05d" % (name, number))
+
+
+def _die_with_parent():
+    """A worker dies with the report step (PR_SET_PDEATHSIG): a killed step leaves no worker."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+    except (AttributeError, OSError):
+        pass
+
+
+def default_jobs():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def report_hosts(job, paths, jobs):
+    """Run every shard (in worker processes when there are enough hosts) and return every host's
+    digest in run order. hosts/ and the parts are in job.staging."""
+    global _JOB
+    jobs = max(1, min(jobs, len(paths) // (PARALLEL_FROM // 2) or 1))
+    count = jobs * SHARDS_PER_WORKER if jobs > 1 else 1
+    size = -(-len(paths) // count) if paths else 1
+    shards = [(number, paths[start:start + size], start) for number, start in enumerate(range(0, len(paths), size))]
+    _JOB = job
+    try:
+        if jobs == 1:
+            return [d for shard in shards for d in run_shard(*shard)]
+        context = multiprocessing.get_context("fork")
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context, initializer=_die_with_parent) as pool:
+            futures = [pool.submit(run_shard, *shard) for shard in shards]
+            try:
+                return [d for future in futures for d in future.result()]
+            except concurrent.futures.process.BrokenProcessPool as exc:
+                raise reports.ReportError("a worker of the report step died (%s): nothing was written" % exc)
+            finally:
+                for future in futures:
+                    future.cancel()
+    finally:
+        _JOB = None
+
+
+def parts(staging, name, separator=""):
+    """A part file of every shard, in order, in blocks; separator between non-empty parts."""
+    first = True
+    for path in sorted(glob.glob(os.path.join(staging, name + ".*"))):
+        if os.path.getsize(path) == 0:
+            continue
+        if not first and separator:
+            yield separator
+        first = False
+        with open(path, encoding="utf-8") as handle:
+            while True:
+                block = handle.read(BLOCK)
+                if not block:
+                    break
+                yield block
+
+
+def stage(run_dir):
+    """A staging folder inside the run folder, with hosts/."""
+    staging = tempfile.mkdtemp(prefix=".report-", dir=run_dir)
+    os.mkdir(os.path.join(staging, "hosts"))
+    return staging
+
+
+def put_hosts_in_place(run_dir, staging):
+    """Move staging/hosts to run_dir/hosts (an earlier report of the same run goes to staging)."""
+    target = os.path.join(run_dir, "hosts")
+    if os.path.lexists(target):
+        os.replace(target, os.path.join(staging, "hosts.before"))
+    os.replace(os.path.join(staging, "hosts"), target)
+
+
+def discard(staging):
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_fleet_files(job, summary, digests):
+    """Write the fleet files from the digests and the staged parts; hosts/ is already in place."""
+    reports.write_json(os.path.join(job.run_dir, "summary.json"), summary, durable=False)
+    write_junit(job)
+    write_markdown(job, summary)
+    sarif.write_log(os.path.join(job.run_dir, "report.sarif"), summary, job.catalog, parts(job.staging, "sarif", ",\n"),
+                    durable=False)
+    from . import prometheus  # prometheus_client: only the report step needs it
+
+    prometheus.write(os.path.join(job.run_dir, "ext4audit.prom"), summary, digests)
+    with reports.atomic_file(os.path.join(job.run_dir, "report.html"), durable=False) as out:
+        html.write_page(out, summary, digests, parts(job.staging, "html"), job.catalog, job.run_dir)
+
+
+def write_junit(job):
+    with reports.atomic_file(os.path.join(job.run_dir, "junit.xml"), durable=False) as out:
+        for piece in reports.junit_document(parts(job.staging, "junit")):
+            out.write(piece)
+
+
+def write_markdown(job, summary):
+    """summary.md: its host details come from the hosts it shows (reports.MD_HOSTS at most), read back."""
+    shown = [row["host"] for row in sorted(summary["hosts"], key=reports.attention_order)[:reports.MD_HOSTS]]
+    reports.write_atomic(os.path.join(job.run_dir, "summary.md"), reports.markdown(summary, [
+        reports.read_json(os.path.join(job.run_dir, "hosts", reports.safe_name(host) + ".json"), "host report")
+        for host in shown]), durable=False)
