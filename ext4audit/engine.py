@@ -5,6 +5,7 @@ needs could not be read, or a kernel version cannot be compared). None never rai
 it becomes an "undetermined" entry that says which facts were missing.
 """
 
+import json
 import operator
 import re
 
@@ -17,9 +18,18 @@ _VERSION = re.compile(r"^\d+\.\d+")
 _DEFAULT_ON = {"user_xattr", "acl", "block_validity"}  # baked-in defaults not worth mentioning
 
 
-def filesystem_context(fs, facts):
-    """The fact tree a filesystem-scope predicate sees (roots: opt sb queue jbd2 fs kernel derived)."""
-    opt = ext4_parsers.option_map(fs.get("options") or [])
+def filesystem_context(fs, facts, option_maps=None):
+    """The fact tree a filesystem-scope predicate sees (roots: opt sb queue jbd2 fs kernel derived).
+    option_maps: option list -> option_map(), shared by one host's filesystems, which mostly
+    have the same options (only read afterwards, so sharing is safe)."""
+    options = fs.get("options") or []
+    if option_maps is None:
+        opt = ext4_parsers.option_map(options)
+    else:
+        key = tuple(options)
+        opt = option_maps.get(key)
+        if opt is None:
+            opt = option_maps[key] = ext4_parsers.option_map(options)
     sb = fs.get("superblock")
     kernel = facts.get("kernel") or {}
     derived = {
@@ -57,59 +67,119 @@ def host_context(facts):
                      "netfs_count": len(facts.get("netfs") or [])}}
 
 
-class Evaluation:
-    """One predicate evaluation: its result plus the facts it looked at (the evidence).
-    issue_cache: kernel-issue results of this host's kernel, shared by its evaluations."""
+class _Plan:
+    """The catalog made ready for evaluate_host, once per catalog object and kept on it (a
+    loaded catalog is not changed afterwards): the rules with their predicates compiled into
+    closures, so a host only pays for lookups and comparisons; and the kernel-issue results of
+    each kernel seen so far, as in_range depends only on the kernel facts and the catalog."""
 
-    def __init__(self, context, kernel_issues, issue_cache=None):
-        self.context = context
-        self.kernel_issues = kernel_issues
-        self.issue_cache = {} if issue_cache is None else issue_cache
-        self.evidence = {}
-        self.missing = []
+    def __init__(self, catalog):
+        self.source = catalog.rules
+        self.rules = [(rule, _compile(rule["when"], catalog.kernel_issues),
+                       [(step, _compile(step["when"], catalog.kernel_issues)) for step in rule.get("escalate") or []])
+                      for rule in catalog.rules]
+        self.issues_by_kernel = {}
 
-    def lookup(self, path):
-        node = self.context
-        for part in path.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-            if node is None:
-                break
-        if node is None and path.startswith("opt.") and self.context.get("options_complete"):
-            node = False  # /proc/fs/ext4/<dev>/options lists every option in effect: unlisted is off
-        self.evidence[path] = node
-        if node is None:
-            self.missing.append(path)
-        return node
+    @classmethod
+    def of(cls, catalog):
+        plan = getattr(catalog, "_evaluation_plan", None)
+        if plan is None or plan.source is not catalog.rules:
+            plan = catalog._evaluation_plan = cls(catalog)
+        return plan
 
-    def test(self, pred):
-        if "all" in pred:
-            results = [self.test(sub) for sub in pred["all"]]
-            return False if False in results else (None if None in results else True)
-        if "any" in pred:
-            results = [self.test(sub) for sub in pred["any"]]
-            return True if True in results else (None if None in results else False)
-        if "not" in pred:
-            result = self.test(pred["not"])
-            return None if result is None else not result
-        if "kernel_issue" in pred:
-            issue_id = pred["kernel_issue"]
-            if issue_id not in self.issue_cache:
-                self.issue_cache[issue_id] = kernel_version.in_range(self.context.get("kernel") or {},
-                                                                     self.kernel_issues[issue_id]["affected"])
-            result = self.issue_cache[issue_id]
-            self.evidence["kernel_issue." + issue_id] = result
-            if result is None:
-                self.missing.append("kernel_issue.%s (kernel %s cannot be compared)"
-                                    % (issue_id, (self.context.get("kernel") or {}).get("release")))
+    def issues_of(self, kernel):
+        """The kernel-issue results (issue id -> True/False/None) shared by hosts whose kernel
+        facts are the same."""
+        try:
+            key = json.dumps(kernel, sort_keys=True)
+        except (TypeError, ValueError):  # not JSON (a direct caller's facts): this host's own
+            return {}
+        return self.issues_by_kernel.setdefault(key, {})
+
+
+def _compile(pred, kernel_issues):
+    """A predicate -> test(context, evidence, missing, issues) -> True/False/None.
+
+    test records each fact it reads in evidence (path -> value, in reading order) and each fact
+    it could not read in missing. issues: the kernel-issue results of the host's kernel."""
+    if "all" in pred:
+        subs = [_compile(sub, kernel_issues) for sub in pred["all"]]
+
+        def test_all(context, evidence, missing, issues):
+            result = True  # False if any is False, else None if any is None
+            for sub in subs:  # no short cut: the evidence names every fact
+                value = sub(context, evidence, missing, issues)
+                if value is False:
+                    result = False
+                elif value is None and result is True:
+                    result = None
             return result
-        (op, expected), = [(k, v) for k, v in pred.items() if k != "fact"]
-        actual = self.lookup(pred["fact"])
-        if op == "present":
-            self.missing = [m for m in self.missing if m != pred["fact"]]
-            return (actual is not None) == bool(expected)
-        if actual is None:
+        return test_all
+    if "any" in pred:
+        subs = [_compile(sub, kernel_issues) for sub in pred["any"]]
+
+        def test_any(context, evidence, missing, issues):
+            result = False  # True if any is True, else None if any is None
+            for sub in subs:
+                value = sub(context, evidence, missing, issues)
+                if value is True:
+                    result = True
+                elif value is None and result is False:
+                    result = None
+            return result
+        return test_any
+    if "not" in pred:
+        inner = _compile(pred["not"], kernel_issues)
+
+        def test_not(context, evidence, missing, issues):
+            result = inner(context, evidence, missing, issues)
+            return None if result is None else not result
+        return test_not
+    if "kernel_issue" in pred:
+        return _compile_kernel_issue(pred["kernel_issue"], kernel_issues)
+    return _compile_fact(pred)
+
+
+def _compile_kernel_issue(issue_id, kernel_issues):
+    key = "kernel_issue." + issue_id
+
+    def test_issue(context, evidence, missing, issues):
+        if issue_id not in issues:
+            issues[issue_id] = kernel_version.in_range(context.get("kernel") or {}, kernel_issues[issue_id]["affected"])
+        result = issues[issue_id]
+        evidence[key] = result
+        if result is None:
+            missing.append("%s (kernel %s cannot be compared)" % (key, (context.get("kernel") or {}).get("release")))
+        return result
+    return test_issue
+
+
+def _compile_fact(pred):
+    """{fact: a.b, <op>: expected}. A fact that cannot be read is None: missing, and the
+    predicate is None too, except for present, which is about exactly that."""
+    path = pred["fact"]
+    first, *rest = path.split(".")
+    unlisted_is_off = path.startswith("opt.")  # see options_complete in filesystem_context
+    (op, expected), = [(k, v) for k, v in pred.items() if k != "fact"]
+    present = op == "present"
+    compare = None if present else _comparison(op, expected)
+
+    def test_fact(context, evidence, missing, issues):
+        node = context.get(first)  # a context is always a dict
+        for part in rest:
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is None and unlisted_is_off and context.get("options_complete"):
+            node = False  # /proc/fs/ext4/<dev>/options lists every option in effect: unlisted is off
+        evidence[path] = node
+        if present:
+            if path in missing:  # read and missing elsewhere in this predicate: present settles it
+                missing[:] = [m for m in missing if m != path]
+            return (node is not None) == bool(expected)
+        if node is None:
+            missing.append(path)
             return None
-        return _compare(op, actual, expected)
+        return compare(node)
+    return test_fact
 
 
 def _number(value):
@@ -119,89 +189,124 @@ def _number(value):
         return None
 
 
-def _compare(op, actual, expected):
+def _comparison(op, expected):
+    """compare(actual) for one operator; the expected side's version and number forms are
+    worked out here, once. Kernel versions compare as versions, numbers (or numeric strings) as
+    numbers, anything else as it is; booleans never as numbers."""
     if op == "contains":
-        return expected in actual
+        return lambda actual: expected in actual
     if op == "in":
-        return actual in expected
-    if isinstance(actual, str) and isinstance(expected, str) and _VERSION.match(actual) and _VERSION.match(expected):
-        order = kernel_version.compare_upstream(actual, expected)
-        actual, expected = order, 0
-    elif not isinstance(actual, bool) and _number(actual) is not None and _number(expected) is not None:
-        actual, expected = _number(actual), _number(expected)
-    return _OPERATORS[op](actual, expected)
+        return lambda actual: actual in expected
+    function = _OPERATORS[op]
+    expected_is_version = isinstance(expected, str) and _VERSION.match(expected) is not None
+    expected_number = _number(expected)
+
+    def compare(actual):
+        if expected_is_version and isinstance(actual, str) and _VERSION.match(actual):
+            return function(kernel_version.compare_upstream(actual, expected), 0)
+        if isinstance(actual, bool) or (expected_number is None and isinstance(actual, str)):
+            return function(actual, expected)  # (_number of a string cannot raise, so skipping it changes nothing)
+        actual_number = _number(actual)
+        if actual_number is not None and expected_number is not None:
+            return function(actual_number, expected_number)
+        return function(actual, expected)
+    return compare
 
 
 _OPERATORS = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "lte": operator.le,
               "gt": operator.gt, "gte": operator.ge}
 
 
-def _format_fields(fs, facts, context):
-    """Values a rule message may name; anything unknown prints as '?'."""
-    sb = (fs or {}).get("superblock") or {}
-    derived = context.get("derived") or {}
-    opt = context.get("opt") or {}
-    kernel = facts.get("kernel") or {}
-    mib = lambda value: "%g" % (value / 1048576.0) if value else "?"
+class _Fields(dict):
+    """Values a rule message may name, for one target (fs None: the host). Each is worked out
+    the first time a message names it: most messages name only the mountpoint, and the
+    baked-in options cost more than all the rest. Anything unknown prints as '?'."""
+
+    def __init__(self, fs, facts, context):
+        dict.__init__(self)
+        self.fs = fs or {}
+        self.sb = self.fs.get("superblock") or {}
+        self.derived = context.get("derived") or {}
+        self.opt = context.get("opt") or {}
+        self.kernel = facts.get("kernel") or {}
+
+    def __missing__(self, name):
+        value = _FIELDS[name](self)  # an unknown name is a KeyError, as str.format(**fields) gave
+        if value is None:
+            value = "?"
+        self[name] = value
+        return value
+
+
+def _mib(value):
+    return "%g" % (value / 1048576.0) if value else "?"
+
+
+def _baked(fields):
     baked = sorted(name if value is True else ("no" + name if value is False else "%s=%s" % (name, value))
-                   for name, value in ext4_parsers.superblock_option_map(sb).items() if name not in _DEFAULT_ON)
-    fields = {
-        "mountpoint": (fs or {}).get("mountpoint"), "device": (fs or {}).get("device"),
-        "fstype": (fs or {}).get("fstype"), "source": (fs or {}).get("source"),
-        "release": kernel.get("release"), "upstream": kernel.get("upstream") or "unknown",
-        "page_size": kernel.get("page_size"), "block_size": sb.get("block_size"),
-        "journal_mib": mib(sb.get("journal_bytes")),
-        "default_journal_mib": mib(derived.get("journal_default_bytes")),
-        "inode_size": sb.get("inode_size"), "commit": opt.get("commit"),
-        "stripe": derived.get("stripe"),
-        "write_cache": ((fs or {}).get("queue") or {}).get("write_cache") or "unknown",
-        "fstab_line": ((fs or {}).get("fstab") or {}).get("line"),
-        "drift": ", ".join("%s (in effect: %s)" % (d["option"], "absent" if d["effective"] is None else d["effective"])
-                           for d in (fs or {}).get("fstab_drift") or []),
-        "baked": (", set in the superblock: " + " ".join(baked)) if baked else "",
-    }
-    return dict((key, "?" if value is None else value) for key, value in fields.items())
+                   for name, value in ext4_parsers.superblock_option_map(fields.sb).items() if name not in _DEFAULT_ON)
+    return (", set in the superblock: " + " ".join(baked)) if baked else ""
+
+
+_FIELDS = {
+    "mountpoint": lambda f: f.fs.get("mountpoint"), "device": lambda f: f.fs.get("device"),
+    "fstype": lambda f: f.fs.get("fstype"), "source": lambda f: f.fs.get("source"),
+    "release": lambda f: f.kernel.get("release"), "upstream": lambda f: f.kernel.get("upstream") or "unknown",
+    "page_size": lambda f: f.kernel.get("page_size"), "block_size": lambda f: f.sb.get("block_size"),
+    "journal_mib": lambda f: _mib(f.sb.get("journal_bytes")),
+    "default_journal_mib": lambda f: _mib(f.derived.get("journal_default_bytes")),
+    "inode_size": lambda f: f.sb.get("inode_size"), "commit": lambda f: f.opt.get("commit"),
+    "stripe": lambda f: f.derived.get("stripe"),
+    "write_cache": lambda f: (f.fs.get("queue") or {}).get("write_cache") or "unknown",
+    "fstab_line": lambda f: (f.fs.get("fstab") or {}).get("line"),
+    "drift": lambda f: ", ".join("%s (in effect: %s)" % (d["option"], "absent" if d["effective"] is None
+                                                          else d["effective"]) for d in f.fs.get("fstab_drift") or []),
+    "baked": _baked,
+}
 
 
 def evaluate_host(facts, catalog):
     """Return (findings, undetermined, passed) for one host's facts."""
     findings, undetermined, passed = [], [], []
+    option_maps = {}
     targets = {
         "host": [(None, host_context(facts))],
-        "filesystem": [(fs, filesystem_context(fs, facts)) for fs in facts.get("filesystems") or []],
+        "filesystem": [(fs, filesystem_context(fs, facts, option_maps)) for fs in facts.get("filesystems") or []],
         "netfs": [(fs, {"fs": fs, "kernel": facts.get("kernel") or {}}) for fs in facts.get("netfs") or []],
     }
-    # Per host, computed once: each target's location and message fields, its kernel's issues.
-    wheres = dict((id(fs), {"mountpoint": (fs or {}).get("mountpoint"),
-                            "device": (fs or {}).get("device") or (fs or {}).get("source")})
-                  for scope in targets.values() for fs, _ in scope)
-    fields_of, issues = {}, {}
-    for rule in catalog.rules:
-        for fs, context in targets[rule["scope"]]:
-            check = Evaluation(context, catalog.kernel_issues, issues)
-            result = check.test(rule["when"])
-            where = wheres[id(fs)]
+    # Computed once per host: each target's location and message fields; per kernel (kept in
+    # the plan): its issues.
+    for scope, entries in targets.items():
+        targets[scope] = [(fs, context, {"mountpoint": (fs or {}).get("mountpoint"),
+                                         "device": (fs or {}).get("device") or (fs or {}).get("source")})
+                          for fs, context in entries]
+    plan = _Plan.of(catalog)
+    fields_of, issues = {}, plan.issues_of(facts.get("kernel") or {})
+    for rule, test, escalations in plan.rules:
+        rule_id = rule["id"]
+        for fs, context, where in targets[rule["scope"]]:
+            evidence, missing = {}, []
+            result = test(context, evidence, missing, issues)
             if result is None:
-                undetermined.append(dict(where, rule=rule["id"], missing=sorted(set(check.missing))))
+                undetermined.append(dict(where, rule=rule_id, missing=sorted(set(missing))))
                 continue
             if not result:
-                passed.append(dict(where, rule=rule["id"]))
+                passed.append(dict(where, rule=rule_id))
                 continue
             if id(fs) not in fields_of:
-                fields_of[id(fs)] = _format_fields(fs, facts, context)
+                fields_of[id(fs)] = _Fields(fs, facts, context)
             fields = fields_of[id(fs)]
             severity, because = rule["severity"], None
-            for step in rule.get("escalate") or []:
-                if Evaluation(context, catalog.kernel_issues, issues).test(step["when"]) and \
-                        severity_rank(step["severity"]) > severity_rank(severity):
-                    severity, because = step["severity"], step["because"].format(**fields).strip()
+            for step, step_test in escalations:
+                if step_test(context, {}, [], issues) and severity_rank(step["severity"]) > severity_rank(severity):
+                    severity, because = step["severity"], step["because"].format_map(fields).strip()
                     break
             findings.append(dict(
                 where,
-                rule=rule["id"], title=rule["title"], severity=severity,
+                rule=rule_id, title=rule["title"], severity=severity,
                 base_severity=rule["severity"], escalated_because=because,
-                message=" ".join(rule["message"].format(**fields).split()),
-                evidence=check.evidence,
+                message=" ".join(rule["message"].format_map(fields).split()),
+                evidence=evidence,
                 remediation=rule["remediation"], references=rule["references"],
                 seed=rule.get("seed"), tags=rule["tags"], waived=False, waiver=None,
             ))

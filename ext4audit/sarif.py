@@ -160,12 +160,12 @@ def write(path, summary, host_reports, catalog, catalog_path=None, inventory=Non
     through fleet.py, which makes the results in its workers)."""
     results = Results(catalog, catalog_path, inventory, summary.get("baseline") is not None)
     pieces = [piece for piece in (results.of_host(report) for report in host_reports) if piece]
-    write_log(path, summary, catalog, [",\n".join(pieces)])
+    write_log(path, summary, catalog, lambda out: out.write(",\n".join(pieces)))
 
 
-def write_log(path, summary, catalog, results, durable=True):
-    """Write report.sarif atomically; results: the text of the results array (the hosts' results
-    as Results.of_host makes them, comma-separated) in pieces, streamed into the file without
+def write_log(path, summary, catalog, write_results, durable=True):
+    """Write report.sarif atomically; write_results(out) writes the text of the results array
+    into it (the hosts' results as Results.of_host makes them, comma-separated), without
     indentation (10,000 hosts make over 100 MB)."""
     rules = [_rule_descriptor(rule) for rule in catalog.rules]
     notes = [{"level": "error", "message": {"text": "%s was not audited: %s: %s" % (
@@ -189,6 +189,5 @@ def write_log(path, summary, catalog, results, durable=True):
     head, tail = json.dumps(log).split(_PLACEHOLDER)
     with reports.atomic_file(path, durable) as out:
         out.write(head + '"results": [')
-        for piece in results:
-            out.write(piece)
+        write_results(out)
         out.write("]" + tail + "\n")
