@@ -10,9 +10,8 @@ import os
 import sys
 import traceback
 
-from . import SEVERITIES, severity_rank, catalog as catalog_mod, engine, kernel_gate, probe, reports, waivers as waivers_mod
-from . import baseline as baseline_mod, prometheus, sarif
-from . import fleet, html, merge
+from . import SEVERITIES, severity_rank, catalog as catalog_mod, kernel_gate, probe, reports, waivers as waivers_mod
+from . import baseline as baseline_mod, fleet, html, merge
 
 
 read_record, build_host_report = fleet.read_record, fleet.build_host_report  # the per-host steps live in fleet.py

@@ -89,14 +89,6 @@ def csp(script):
             "base-uri 'none'; form-action 'none'" % digest)
 
 
-def _severity_counts(findings):
-    counts = dict((s, 0) for s in SEVERITIES)
-    for finding in findings:
-        if not finding["waived"]:
-            counts[finding["severity"]] += 1
-    return counts
-
-
 def _dspan_records(run_dir, hosts):
     """The raw probe records of `hosts` in <run_dir>/probe, by host (the host report keeps only
     the d-span quantiles; the CDF needs every run). Records were checked by the report step."""
@@ -153,13 +145,6 @@ def _kernel_gate(run_dir):
     except (reports.ReportError, KeyError, TypeError, ValueError) as exc:
         # The gate is a separate step with its own exit code: the page says it could not be read.
         return None, None, str(exc)
-
-
-def _fails(finding, policy):
-    """Whether the finding fails the gate as reports.verdict counts it (with fail_on_new: only
-    findings new since the baseline)."""
-    return reports.failing(finding, policy["fail_on"]) and (
-        not policy.get("fail_on_new") or finding.get("baseline") == "new")
 
 
 def row(digest):

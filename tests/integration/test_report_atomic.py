@@ -15,10 +15,10 @@ import html.parser
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import xml.etree.ElementTree as ET
 
@@ -44,14 +44,14 @@ def facts(mountpoint, options):
             "errors": [{"where": "filesystem " + mountpoint, "reason": "dumpe2fs said <b>no</b>"}]}
 
 
-def write_facts(run_dir, hosts):
+def write_facts(run_dir, hosts, hostile_every=100):
     os.makedirs(os.path.join(run_dir, "facts"))
     options = ext4_parsers.parse_ext4_options(fixture_text("ext4_options", "kernel-6.18-defaults.txt"))
     plain = facts("/data", options)
     hostile = facts("/srv/<script>alert(1)</script> `$(id)`\n\\xff", options + ["nobarrier"])
     for number in range(hosts):
         record = {"host": "host-%05d" % number, "groups": ["web"], "status": "audited",
-                  "facts": hostile if number % 100 == 7 else plain}
+                  "facts": hostile if number % hostile_every == 7 else plain}
         if number % 500 == 3:
             record = {"host": "host-%05d" % number, "groups": [], "status": "unreachable", "reason": "ssh: timed out"}
         with open(os.path.join(run_dir, "facts", "%05d.json" % number), "w") as handle:
@@ -209,3 +209,55 @@ def test_report_step_sigkilled_at_9_points_leaves_latest_on_a_complete_run(tmp_p
         assert killed and latest == "run-a", "the triggered kill '%s' never hit its window in 5 tries" % label
     # the kills covered more than the reading phase: some came while files were being written
     assert any(row[4] != "0 host reports, no fleet file" and row[3] == "run-a" for row in outcomes), outcomes
+
+
+def children_while(proc, interval=0.005):
+    """The most child processes proc had at once while it ran (sampled)."""
+    most = 0
+    while proc.poll() is None:
+        count = 0
+        for path in glob.glob("/proc/%d/task/*/children" % proc.pid):
+            try:
+                with open(path) as handle:
+                    count += len(handle.read().split())
+            except OSError:
+                pass
+        most = max(most, count)
+        time.sleep(interval)
+    return most
+
+
+STAMP = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ|ext4audit_last_run_timestamp_seconds [0-9.e+]+")
+
+
+def test_the_same_files_with_one_process_or_three_workers(tmp_path):
+    """The report step's files do not depend on --jobs: one process, and three worker processes
+    whose shards are joined in order, write the same bytes apart from the time stamps. With a
+    baseline that differs (each worker compares its own hosts), hostile names and unreachable
+    hosts."""
+    hosts = 600
+    base = str(tmp_path / "reports" / "base")
+    write_facts(base, hosts, hostile_every=40)
+    assert subprocess.run(report_argv(base), cwd=ROOT, stdout=subprocess.DEVNULL).returncode in (0, 1, 2)
+    files, workers = {}, {}
+    for jobs in (1, 3):
+        run_dir = str(tmp_path / ("jobs-%d" % jobs) / "run")  # the same run id
+        write_facts(run_dir, hosts)
+        proc = subprocess.Popen(report_argv(run_dir) + ["--baseline", base, "--jobs", str(jobs)], cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        workers[jobs] = children_while(proc)
+        error = proc.stderr.read().decode()
+        assert proc.wait() in (0, 1) and not error, error[-2000:]
+        check_complete(run_dir, hosts)
+        files[jobs] = {}
+        for path in sorted(glob.glob(os.path.join(run_dir, "**"), recursive=True)):
+            if os.path.isfile(path) and os.sep + "facts" + os.sep not in path:
+                with open(path, "rb") as handle:
+                    files[jobs][os.path.relpath(path, run_dir)] = STAMP.sub(b"T", handle.read())
+    print("child processes seen: %s; files compared: %d" % (workers, len(files[1])))
+    assert workers[1] == 0 and workers[3] >= 3, workers
+    assert len(files[1]) == hosts + len(OUTPUTS) and sorted(files[1]) == sorted(files[3])
+    different = [name for name in files[1] if files[1][name] != files[3][name]]
+    assert not different, different[:10]
+    summary = json.loads(files[3]["summary.json"])
+    assert summary["baseline"]["new"] and summary["baseline"]["resolved"]  # the comparison had work to do
