@@ -14,8 +14,7 @@ from . import SEVERITIES, severity_rank, catalog as catalog_mod, kernel_gate, pr
 from . import baseline as baseline_mod, fleet, html, merge
 
 
-read_record, build_host_report = fleet.read_record, fleet.build_host_report  # the per-host steps live in fleet.py
-_check, _list_of = fleet._check, fleet._list_of
+_check, _list_of = fleet._check, fleet._list_of  # the checks of facts records, for host reports too
 
 
 def load_probe(run_dir):
@@ -53,8 +52,8 @@ def load_baseline(args):
 def plotted_hosts(probes, plan):
     """The hosts whose probe gets pictures in report.html (html.plotted_hosts): of the hosts
     whose sweep completed runs, the first by name."""
-    return html.plotted_hosts(host for host in probes or {}
-                              if (probe.host_section(probes[host], plan).get("sweep") or {}).get("runs_completed"))
+    return html.plotted_hosts(probes or {}, lambda host: (probe.host_section(probes[host], plan).get("sweep") or {})
+                              .get("runs_completed"))
 
 
 def cmd_report(args):

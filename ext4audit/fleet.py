@@ -24,7 +24,7 @@ import shutil
 import signal
 import tempfile
 
-from . import baseline as baseline_mod, html, probe, reports, sarif, waivers as waivers_mod, engine
+from . import baseline as baseline_mod, engine, html, probe, reports, sarif, waivers as waivers_mod
 
 RECORD_STATUSES = ("audited", "unreachable", "failed")  # what roles/ext4_audit/tasks/facts.yml writes
 FACTS_SCHEMA = "ext4-fleet-audit/facts/v1"
@@ -200,7 +200,7 @@ def report_hosts(job, paths, jobs):
     """Run every shard (in worker processes when there are enough hosts) and return every host's
     digest in run order. hosts/ and the parts are in job.staging."""
     global _JOB
-    jobs = max(1, min(jobs, len(paths) // (PARALLEL_FROM // 2) or 1))
+    jobs = max(1, jobs) if len(paths) >= PARALLEL_FROM else 1
     count = jobs * SHARDS_PER_WORKER if jobs > 1 else 1
     size = -(-len(paths) // count) if paths else 1
     shards = [(number, paths[start:start + size], start) for number, start in enumerate(range(0, len(paths), size))]

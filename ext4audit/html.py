@@ -16,6 +16,7 @@ import functools
 import glob
 import hashlib
 import io
+import itertools
 import json
 import os
 import urllib.parse
@@ -186,10 +187,11 @@ class Sections:
                                        "detailed": self.detailed}, rationales=self.rationales)
 
 
-def plotted_hosts(probed):
-    """The hosts whose probe gets pictures: of the hosts whose sweep completed runs, the first
-    MAX_PLOTTED_HOSTS by name (the report step knows them before it has read any host)."""
-    return sorted(probed)[:MAX_PLOTTED_HOSTS]
+def plotted_hosts(hosts, completed):
+    """The hosts whose probe gets pictures: of the hosts whose sweep completed runs (completed(host)
+    is asked in name order, until enough are found), the first MAX_PLOTTED_HOSTS by name. The
+    report step knows them before it has read any host."""
+    return list(itertools.islice(filter(completed, sorted(hosts)), MAX_PLOTTED_HOSTS))
 
 
 def _glossary(rule_ids, catalog, found=None):
@@ -236,7 +238,8 @@ def _pieces(summary, host_reports, catalog, run_dir):
         d = reports.digest(report, policy["fail_on"], policy.get("fail_on_new"), compared)
         d.update(index=index, section=has_section(d, len(host_reports)))
         digests.append(d)
-    plotted = plotted_hosts(d["host"] for d in digests if d["probe_plotted"])
+    probed = dict((d["host"], d["probe_plotted"]) for d in digests)
+    plotted = plotted_hosts(probed, probed.get)
     renderer = Sections(policy, len(host_reports), catalog, plotted, _dspan_records(run_dir, set(plotted)))
     sections = (renderer.render(r, d) for r, d in zip(host_reports, digests) if d["section"])
     found = {}

@@ -18,7 +18,7 @@ import yaml
 from html.parser import HTMLParser
 
 from conftest import ROOT, VENV_BIN
-from ext4audit import catalog as catalog_mod, cli, html as report_html, kernel_gate, plots, probe, reports
+from ext4audit import catalog as catalog_mod, fleet, html as report_html, kernel_gate, plots, probe, reports
 from ext4audit import waivers as waivers_mod
 from test_rules import facts, with_options
 
@@ -133,7 +133,7 @@ def make_run(run_dir, catalog, with_probe=True, unreachable_incomplete=False):
         os.makedirs(os.path.join(run_dir, "probe"), exist_ok=True)
         reports.write_json(os.path.join(run_dir, "probe", "plan.json"), PLAN)
         reports.write_json(os.path.join(run_dir, "probe", "host-0.json"), probes[HOSTILE])
-    host_reports = [cli.build_host_report(r, catalog, WAIVERS, "run-1", NOW, probes, PLAN if with_probe else None)
+    host_reports = [fleet.build_host_report(r, catalog, WAIVERS, "run-1", NOW, probes, PLAN if with_probe else None)
                     for r in records]
     summary = reports.summarize(host_reports, "run-1", "high", unreachable_incomplete, NOW)
     return summary, host_reports
