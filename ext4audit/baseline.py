@@ -17,6 +17,9 @@ truncated or wrong-schema baseline is a ReportError (exit 2).
 
 import glob
 import os
+from typing import Any, List, Optional
+
+import msgspec
 
 from . import SEVERITIES, reports, severity_rank
 
@@ -26,6 +29,27 @@ NEW, WORSENED, HOST_ADDED, NOT_AUDITED_BEFORE = "new", "worsened", "host_added",
 
 def identity(host, finding):
     return (host, finding["rule"], finding.get("device"), finding.get("mountpoint"))
+
+
+# What a comparison reads of a baseline host report. The decoder builds these fields only and
+# skips the rest of the report (facts, texts, the passed list) unbuilt: a tenth of the time of
+# json.loads, which at 10,000 hosts was the report step's second-largest cost. Their types are
+# checked in _host_entry, with its own messages.
+class _Finding(msgspec.Struct):
+    rule: Any = None
+    severity: Any = None
+    device: Any = None
+    mountpoint: Any = None
+
+
+class _HostReport(msgspec.Struct):
+    schema: Any = None
+    host: Any = None
+    status: Any = None
+    findings: Optional[List[_Finding]] = None
+
+
+_HOST_REPORT = msgspec.json.Decoder(_HostReport)
 
 
 class Baseline:
@@ -39,7 +63,8 @@ class Baseline:
     def host_findings(self, host):
         """{identity: severity} of the host's findings in the baseline, and its status there."""
         file_path = os.path.join(self.path, "hosts", reports.safe_name(host) + ".json")
-        name, entry = _host_entry(file_path, reports.read_json(file_path, "baseline host report"))
+        name, entry = _host_entry(file_path, reports.read_json(file_path, "baseline host report",
+                                                                       _HOST_REPORT))
         if name != host:
             raise reports.ReportError("baseline %s is the report of %r, not of %r" % (file_path, name, host))
         return entry
@@ -82,21 +107,20 @@ def load(path, run_dir=None):
 
 
 def _host_entry(path, report):
-    if not isinstance(report, dict) or report.get("schema") != reports.HOST_SCHEMA:
+    if report.schema != reports.HOST_SCHEMA:
         raise reports.ReportError("baseline %s is not a %s document" % (path, reports.HOST_SCHEMA))
-    host, status, findings = report.get("host"), report.get("status"), report.get("findings")
-    if not isinstance(host, str) or not isinstance(status, str) or not isinstance(findings, list):
+    host, status, findings = report.host, report.status, report.findings
+    if not isinstance(host, str) or not isinstance(status, str) or findings is None:
         raise reports.ReportError("baseline %s: host, status or findings missing or of the wrong type" % path)
     known = {}
     for number, finding in enumerate(findings, 1):
-        if not (isinstance(finding, dict) and isinstance(finding.get("rule"), str)
-                and finding.get("severity") in SEVERITIES
-                and all(finding.get(k) is None or isinstance(finding[k], str) for k in ("device", "mountpoint"))):
+        if not (isinstance(finding.rule, str) and finding.severity in SEVERITIES
+                and all(value is None or isinstance(value, str) for value in (finding.device, finding.mountpoint))):
             raise reports.ReportError("baseline %s: finding #%d has no valid rule, severity, device or mountpoint"
                                       % (path, number))
-        key = identity(host, finding)
-        if key not in known or severity_rank(finding["severity"]) > severity_rank(known[key]):
-            known[key] = finding["severity"]
+        key = (host, finding.rule, finding.device, finding.mountpoint)  # identity() of a decoded finding
+        if key not in known or severity_rank(finding.severity) > severity_rank(known[key]):
+            known[key] = finding.severity
     return host, {"status": status, "findings": known}
 
 

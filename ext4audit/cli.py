@@ -74,7 +74,8 @@ def cmd_report(args):
         summary = reports.summarize_digests(digests, run_id, args.fail_on, args.unreachable_incomplete, now,
                                             baseline=diff, fail_on_new=args.fail_on_new)
         fleet.put_hosts_in_place(args.run_dir, job.staging)
-        fleet.write_fleet_files(job, summary, digests)
+        with reports.flushing(args.run_dir):  # hosts/ goes to disk while the fleet files are written
+            fleet.write_fleet_files(job, summary, digests)
     finally:
         fleet.discard(job.staging)
     reports.point_latest(os.path.dirname(os.path.normpath(args.run_dir)), args.run_dir)

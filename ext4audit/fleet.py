@@ -145,9 +145,13 @@ def run_shard(number, paths, first_index):
             # No temporary name and no fsync per file: the whole folder is new, moves into place
             # when complete, and is flushed once before `latest` moves.
             try:
-                with open(os.path.join(hosts_dir, reports.safe_name(report["host"]) + ".json"), "x",
-                          encoding="utf-8") as out:
-                    out.write(reports.dump_compact(report))
+                text = reports.dump_compact(report)
+            except UnicodeEncodeError as exc:  # json.loads lets "\udc80" through; UTF-8 cannot carry it
+                raise reports.ReportError("%s: host %r has text that is not Unicode in its facts or probe record "
+                                          "(a lone surrogate such as \\udc80): %s" % (path, report["host"], exc))
+            try:
+                with open(os.path.join(hosts_dir, reports.safe_name(report["host"]) + ".json"), "xb") as out:
+                    out.write(text)
             except FileExistsError:
                 raise _clash(report["host"], path)
             handles["junit"].write(reports.junit_suite(report, job.fail_on))

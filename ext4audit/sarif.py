@@ -13,8 +13,8 @@
 - A waived finding carries a suppression (external, accepted, with the waiver's justification);
   with a baseline, each result has its baselineState (new or unchanged).
 
-Host strings only ever reach the file as JSON strings (json.dumps escapes them). The results are
-streamed into the file without indentation: a fleet of 10,000 hosts makes a large file.
+Host strings only ever reach the file as JSON strings (json.dumps and msgspec escape them). The
+results are streamed into the file without indentation: a fleet of 10,000 hosts makes a large file.
 """
 
 import hashlib
@@ -22,6 +22,7 @@ import json
 import os
 import urllib.parse
 
+import msgspec
 import yaml
 
 from . import ROOT, catalog as catalog_mod, reports, severity_rank
@@ -31,6 +32,8 @@ TOOL = "ext4-fleet-audit"
 FINGERPRINT = "ext4auditFinding/v1"
 SRCROOT = "%SRCROOT%"
 _PLACEHOLDER = '"results": "@results@"'  # where the streamed results go in the serialised log
+_RESULT = msgspec.json.Encoder()  # a result in one line, keys in the order made (5 times json.dumps' speed)
+_JSON_STRING = json.encoder.encode_basestring_ascii  # the C function json.dumps uses for a string
 
 
 def level(severity):
@@ -40,8 +43,10 @@ def level(severity):
 
 def fingerprint(host, finding):
     """Stable across runs: the finding's identity only (json.dumps keeps the parts apart)."""
-    key = [host, finding["rule"], finding.get("device"), finding.get("mountpoint")]
-    return hashlib.sha256(json.dumps(key).encode("utf-8")).hexdigest()
+    key = (host, finding["rule"], finding.get("device"), finding.get("mountpoint"))
+    # The text json.dumps(list(key)) makes, without its encoder's set-up for each of 100,000 findings.
+    text = "[%s]" % ", ".join("null" if part is None else _JSON_STRING(part) for part in key)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def rule_lines(catalog_path):
@@ -150,8 +155,8 @@ class Results:
         if not report["findings"]:
             return ""
         uri = _host_vars(self.inventory, report["host"])
-        return ",\n".join(json.dumps(_result(report["host"], finding, self.index.get(finding["rule"]), self.lines,
-                                             self.catalog_uri, uri, self.with_baseline))
+        return ",\n".join(_RESULT.encode(_result(report["host"], finding, self.index.get(finding["rule"]), self.lines,
+                                                  self.catalog_uri, uri, self.with_baseline)).decode("utf-8")
                           for finding in report["findings"])
 
 

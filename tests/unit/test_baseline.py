@@ -204,7 +204,10 @@ def break_json(path):
     (lambda run: json.dump({"schema": reports.HOST_SCHEMA, "host": "a", "status": "audited",
                             "findings": [{"rule": "R", "severity": "dreadful"}]},
                            open(os.path.join(run, "hosts", "a.json"), "w")), "finding #1 has no valid"),
-    (lambda run: json.dump([], open(os.path.join(run, "hosts", "a.json"), "w")), "is not a ext4-fleet-audit/host-report/v1"),
+    (lambda run: json.dump([], open(os.path.join(run, "hosts", "a.json"), "w")),
+     "is not of the expected shape: Expected `object`, got `array`"),
+    (lambda run: json.dump({"schema": "something/else"}, open(os.path.join(run, "hosts", "a.json"), "w")),
+     "is not a ext4-fleet-audit/host-report/v1"),
 ])
 def test_a_broken_baseline_is_an_error_and_nothing_is_written(two_runs, damage, message):
     first, second = two_runs

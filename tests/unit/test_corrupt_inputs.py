@@ -105,6 +105,8 @@ REPORT_CASES = [
     ("facts-superblock", FACTS, edit_json(lambda d: d["facts"]["filesystems"][0]["superblock"].update(block_size="4k")),
      "filesystem #1: a superblock number"),
     ("facts-errors", FACTS, edit_json(lambda d: d["facts"].update(errors=["x"])), "facts.errors"),
+    ("facts-lone-surrogate", FACTS, edit_json(lambda d: d["facts"]["filesystems"][0].update(mountpoint="/srv/\udc80")),
+     "has text that is not Unicode"),
     ("probe-truncated", PROBE, truncate, "is not valid JSON"),
     ("probe-schema", PROBE, edit_json(lambda d: d["result"].update(schema="other/v9")), "is not a ext4-fleet-audit/probe"),
     ("plan-truncated", PLAN_FILE, truncate, "is not valid JSON"),

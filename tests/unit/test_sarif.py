@@ -8,6 +8,7 @@ import os
 
 import jsonschema
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from conftest import FIXTURES, ROOT
 from ext4audit import sarif
@@ -148,6 +149,16 @@ def test_fingerprint_is_the_identity_only():
         assert sarif.fingerprint(*other) != sarif.fingerprint("h", finding)
     # parts cannot run into each other
     assert sarif.fingerprint("a:b", dict(finding, mountpoint="c")) != sarif.fingerprint("a", dict(finding, mountpoint="b:c"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(), st.text(), st.one_of(st.none(), st.text()), st.one_of(st.none(), st.text()))
+def test_fingerprint_is_the_one_earlier_runs_made(host, rule, device, mountpoint):
+    """Fingerprints are compared across runs: they stay sha256 of json.dumps of the identity
+    (any text, lone surrogates and non-BMP characters included)."""
+    key = [host, rule, device, mountpoint]
+    earlier = hashlib.sha256(json.dumps(key).encode("utf-8")).hexdigest()
+    assert sarif.fingerprint(host, {"rule": rule, "device": device, "mountpoint": mountpoint}) == earlier
 
 
 def test_baseline_state(runs, tmp_path):
