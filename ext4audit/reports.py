@@ -45,6 +45,17 @@ def safe_name(host):
     return "_" + name if name.startswith(".") or not name else name
 
 
+def _umask():
+    mask = os.umask(0o022)  # reading the umask means setting it: done once, at import
+    os.umask(mask)
+    return mask
+
+
+# The mode open() gives a new file. mkstemp's 0600 would keep ext4audit.prom from node_exporter's
+# textfile collector (another user) and make the fleet files unlike the host reports beside them.
+FILE_MODE = 0o666 & ~_umask()
+
+
 @contextlib.contextmanager
 def atomic_file(path, durable=True):
     """A text file to write in pieces (big reports are streamed): it gets its name only when the
@@ -55,6 +66,7 @@ def atomic_file(path, durable=True):
     handle, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
+            os.fchmod(out.fileno(), FILE_MODE)
             yield out
             out.flush()
             if durable:

@@ -3,6 +3,7 @@
 import datetime
 import json
 import os
+import stat
 import subprocess
 import xml.etree.ElementTree as ET
 
@@ -130,6 +131,22 @@ def test_report_files_verdicts_and_escaping(run_dir):
     # Policies: unreachable not counted -> fail (1); and with fail_on critical -> pass (0).
     assert cli("gate", run_dir, "--unreachable-incomplete", "false")[0] == 1
     assert cli("gate", run_dir, "--unreachable-incomplete", "false", "--fail-on", "critical")[0] == 0
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600)])
+def test_report_files_get_the_mode_the_umask_gives(run_dir, umask, mode):
+    """ext4audit.prom is read by node_exporter's textfile collector, another user: every file of
+    the report is made as open() makes one (0666 less the umask), none private to its writer."""
+    before = os.umask(umask)
+    try:
+        rc, out, err = cli("report", run_dir)
+    finally:
+        os.umask(before)
+    assert rc == 2, (out, err)
+    made = [os.path.join(base, name) for base, _, names in os.walk(run_dir) if os.path.basename(base) != "facts"
+            for name in names]
+    modes = dict((os.path.relpath(path, run_dir), oct(stat.S_IMODE(os.stat(path).st_mode))) for path in made)
+    assert len(made) == 8 and set(modes.values()) == {oct(mode)}, modes
 
 
 def test_gate_applies_a_new_waiver_file(run_dir, tmp_path):
