@@ -102,32 +102,22 @@ def _compile(pred, kernel_issues):
 
     test records each fact it reads in evidence (path -> value, in reading order) and each fact
     it could not read in missing. issues: the kernel-issue results of the host's kernel."""
-    if "all" in pred:
-        subs = [_compile(sub, kernel_issues) for sub in pred["all"]]
+    if "all" in pred or "any" in pred:
+        # Three-valued: all is False if any part is False, any is True if any part is True; else
+        # None if a part is None (a fact missing), else the other value.
+        decisive = "any" in pred
+        subs = [_compile(sub, kernel_issues) for sub in pred["any" if decisive else "all"]]
 
-        def test_all(context, evidence, missing, issues):
-            result = True  # False if any is False, else None if any is None
+        def test_combined(context, evidence, missing, issues):
+            result = not decisive
             for sub in subs:  # no short cut: the evidence names every fact
                 value = sub(context, evidence, missing, issues)
-                if value is False:
-                    result = False
-                elif value is None and result is True:
+                if value is decisive:
+                    result = decisive
+                elif value is None and result is not decisive:
                     result = None
             return result
-        return test_all
-    if "any" in pred:
-        subs = [_compile(sub, kernel_issues) for sub in pred["any"]]
-
-        def test_any(context, evidence, missing, issues):
-            result = False  # True if any is True, else None if any is None
-            for sub in subs:
-                value = sub(context, evidence, missing, issues)
-                if value is True:
-                    result = True
-                elif value is None and result is False:
-                    result = None
-            return result
-        return test_any
+        return test_combined
     if "not" in pred:
         inner = _compile(pred["not"], kernel_issues)
 
