@@ -82,12 +82,14 @@ cloud-deps: setup
 test: setup vm-deps test-deps
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS) tests
 
-# ansible-lint (production profile), yamllint (.yamllint) and actionlint (.github/actionlint.yaml).
+# ansible-lint (production profile), yamllint (.yamllint), actionlint (.github/actionlint.yaml) and
+# zizmor (.github/zizmor.yml; offline: no GitHub token, so the audits that ask GitHub are skipped).
 lint: setup lint-deps
 	$(VENV)/bin/ansible-lint --profile production playbooks roles molecule
 	$(VENV)/bin/yamllint --strict .
 	@test -x $(VENV)/bin/actionlint || { echo "actionlint is missing: it needs Go >= $(ACTIONLINT_GO_MIN) (make lint-deps)"; exit 1; }
 	$(VENV)/bin/actionlint -config-file .github/actionlint.yaml .github/workflows/*.yml
+	$(VENV)/bin/zizmor --offline --persona=auditor --no-progress .github/workflows
 
 # The Molecule scenarios (root): this machine with risky loop mounts; a loopback SSH fleet of 8
 # hosts, one of which goes down mid-run. Molecule runs ansible-config and pytest from PATH.

@@ -1,12 +1,14 @@
-"""The GitHub Actions workflows (.github/workflows/): actionlint (with shellcheck) and yamllint pass;
-least privilege; no untrusted input spliced into run: scripts; third-party actions pinned to a
-commit; and every make target, playbook, `python -m ext4audit` subcommand, pytest path and Molecule
-scenario they run exists in this repository, so what runs in GitHub is what this suite runs.
-Each check is also shown failing on a deliberately bad workflow.
+"""The GitHub Actions workflows (.github/workflows/): actionlint (with shellcheck), yamllint and
+zizmor pass; least privilege; no untrusted input spliced into run: scripts; third-party actions
+pinned to a commit and container images to a digest; secrets only in jobs behind an environment,
+on runners no pull-request job uses; and every make target, playbook, `python -m ext4audit`
+subcommand, pytest path and Molecule scenario they run exists in this repository, so what runs in
+GitHub is what this suite runs. Each check is also shown failing on a deliberately bad workflow.
 """
 
 import functools
 import glob
+import json
 import os
 import re
 import shlex
@@ -24,7 +26,15 @@ WORKFLOWS = sorted(glob.glob(os.path.join(WORKFLOW_DIR, "*.yml")))
 EXPECTED_WORKFLOWS = {"ci.yml", "nightly-scan.yml", "ami-precheck.yml", "kernel-gate.yml"}
 ACTIONLINT = os.path.join(VENV_BIN, "actionlint")
 YAMLLINT = os.path.join(VENV_BIN, "yamllint")
+ZIZMOR = os.path.join(VENV_BIN, "zizmor")
 SHA_PIN = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
+DIGEST_PIN = re.compile(r"@sha256:[0-9a-f]{64}$")
+# A secret other than the job's own GITHUB_TOKEN.
+SECRET_REF = re.compile(r"\bsecrets\.(?!GITHUB_TOKEN\b)([\w-]+)")
+# Labels every runner of ours has; the others say which machines a job may land on.
+COMMON_RUNNER_LABELS = {"self-hosted", "linux", "x64"}
+# Self-hosted runners that hold a key of their own, whatever the workflow passes them.
+RUNNERS_WITH_KEYS = {"ext4-fleet"}  # the fleet's SSH key (nightly-scan.yml)
 # Contexts an outsider can set (issue titles, branch names, dispatch inputs): never in a script.
 UNTRUSTED_IN_RUN = re.compile(r"\$\{\{\s*(inputs\.|github\.event\.|github\.head_ref)")
 SHELL_KEYWORDS = {"if", "then", "else", "elif", "while", "until", "do", "!", "time", "exec", "sudo"}
@@ -98,8 +108,12 @@ def commands(script):
             words.append(token)
 
 
-def expand_matrix(script, job):
-    """One script per value of each ${{ matrix.X }} it uses (values from the job's strategy)."""
+def expand_matrix(script, step, job):
+    """One script per value of each matrix.X it uses (values from the job's strategy), directly as
+    ${{ matrix.X }} or through the step's env (NAME: ${{ matrix.X }}, used as $NAME)."""
+    for variable, value in (step.get("env") or {}).items():
+        if MATRIX_REF.fullmatch(str(value)):
+            script = re.sub(r"\$(\{%s\}|%s\b)" % (variable, variable), lambda _: value, script)
     matrix = (job.get("strategy") or {}).get("matrix") or {}
     scripts = [script]
     for name in sorted(set(MATRIX_REF.findall(script))):
@@ -172,7 +186,10 @@ def workflow_problems(name, text):
         problems.append("%s: no concurrency group" % name)
     for line in text.splitlines():
         match = re.match(r"^\s*(?:-\s+)?uses:\s*(\S+)(.*)$", line)
-        if match and not match.group(1).startswith(("./", "docker://")):
+        if match and match.group(1).startswith("docker://"):
+            if not DIGEST_PIN.search(match.group(1)):
+                problems.append("%s: %s is not pinned by digest (@sha256:...)" % (name, match.group(1)))
+        elif match and not match.group(1).startswith("./"):
             if not SHA_PIN.match(match.group(1)):
                 problems.append("%s: %s is not pinned to a full commit SHA" % (name, match.group(1)))
             elif not re.match(r"\s+#\s*v\d", match.group(2)):
@@ -195,6 +212,13 @@ def workflow_problems(name, text):
         for key, value in (job.get("env") or {}).items():
             if "secrets." in str(value) or "github.token" in str(value):
                 problems.append("%s: job-level env %s carries a secret to every step" % (where, key))
+        for image in container_images(job):
+            if not DIGEST_PIN.search(image):
+                problems.append("%s: container image %s is not pinned by digest (@sha256:...)" % (where, image))
+        secrets = secrets_read(job)
+        if secrets and "environment" not in job:
+            problems.append("%s: reads secrets.%s with no environment: (its protection rules guard them)"
+                            % (where, ", secrets.".join(secrets)))
         for number, step in enumerate(steps, 1):
             script = step.get("run")
             if script is None:
@@ -204,7 +228,7 @@ def workflow_problems(name, text):
                 problems.append("%s: ${{ inputs.* / github.event.* }} inside run: (pass it through env:)"
                                 % step_where)
             try:
-                scripts = expand_matrix(script, job)
+                scripts = expand_matrix(script, step, job)
             except KeyError as missing:
                 problems.append("%s: matrix.%s is not in the job's matrix" % (step_where, missing.args[0]))
                 continue
@@ -212,6 +236,49 @@ def workflow_problems(name, text):
                 for words in commands(expanded):
                     check_command(words, step_where, problems, checked)
     return problems, checked
+
+
+def secrets_read(job):
+    """The names of the secrets a job reads, other than its own GITHUB_TOKEN."""
+    return sorted(set(SECRET_REF.findall(json.dumps(job, default=str))))
+
+
+def container_images(job):
+    """The images a job runs in: its container and its services (a string or {image: ...})."""
+    images = [job.get("container")] + list((job.get("services") or {}).values())
+    return [str(c.get("image") if isinstance(c, dict) else c) for c in images if c]
+
+
+def self_hosted_labels(job):
+    """The labels that choose among our self-hosted runners; empty for a GitHub-hosted runner."""
+    runs_on = job.get("runs-on")
+    if isinstance(runs_on, dict):
+        runs_on = runs_on.get("labels") or []
+    labels = set([runs_on] if isinstance(runs_on, str) else runs_on or [])
+    return labels - COMMON_RUNNER_LABELS if "self-hosted" in labels else set()
+
+
+def runner_problems(docs):
+    """A job that holds a secret (or runs on a runner with a key of its own) must not share a
+    self-hosted runner label with a pull-request job: a same-repository pull request runs its own
+    code there, as root, and could read or leave behind whatever the next job on that machine uses.
+    docs: {workflow file name: parsed workflow}."""
+    pull_request_labels = {}
+    for name, doc in docs.items():
+        if "pull_request" in triggers(doc):
+            for job_id, job in (doc.get("jobs") or {}).items():
+                for label in self_hosted_labels(job):
+                    pull_request_labels.setdefault(label, "%s: job %s" % (name, job_id))
+    problems = []
+    for name, doc in docs.items():
+        for job_id, job in (doc.get("jobs") or {}).items():
+            labels = self_hosted_labels(job)
+            if not (secrets_read(job) or "environment" in job or labels & RUNNERS_WITH_KEYS):
+                continue
+            for label in sorted(labels & set(pull_request_labels)):
+                problems.append("%s: job %s holds a secret on runner label %s, which pull-request code "
+                                "also runs on (%s)" % (name, job_id, label, pull_request_labels[label]))
+    return problems
 
 
 def read(path):
@@ -249,6 +316,49 @@ def test_workflows_run_what_the_suite_runs():
     assert not missing, "test folders that ci.yml does not run: %s" % sorted(missing)
 
 
+def test_secrets_stay_off_the_runners_pull_requests_use():
+    docs = {os.path.basename(p): yaml.safe_load(read(p)) for p in WORKFLOWS}
+    problems = runner_problems(docs)
+    assert not problems, "\n".join(problems)
+    # Not vacuous: pull requests do run on ext4-root, and the SSH key's job is found, behind its
+    # environment, on a runner of its own.
+    assert self_hosted_labels(docs["ci.yml"]["jobs"]["integration"]) == {"ext4-root"}
+    precheck = docs["ami-precheck.yml"]["jobs"]["precheck"]
+    assert secrets_read(precheck) == ["AMI_PRECHECK_SSH_KEY"]
+    assert precheck.get("environment") and self_hosted_labels(precheck) == {"ext4-root-trusted"}
+
+
+def test_a_secret_on_a_pull_request_runner_is_reported():
+    # As the workflows were: the key's job on ext4-root, where ci.yml runs pull requests; also a
+    # pull-request job on the fleet runner. A secret on a GitHub-hosted runner (a new VM for each
+    # job) and a pull-request job on GitHub-hosted runners are not reported.
+    docs = {
+        "ci.yml": yaml.safe_load("""
+on: [push, pull_request]
+jobs:
+  integration: {runs-on: [self-hosted, linux, x64, ext4-root]}
+  fleet: {runs-on: [self-hosted, ext4-fleet]}
+  lint: {runs-on: ubuntu-24.04}
+"""),
+        "precheck.yml": yaml.safe_load("""
+on: workflow_dispatch
+jobs:
+  precheck:
+    runs-on: [self-hosted, linux, x64, ext4-root]
+    steps: [{run: make setup, env: {KEY: "${{ secrets.AMI_PRECHECK_SSH_KEY }}"}}]
+  hosted:
+    runs-on: ubuntu-24.04
+    steps: [{run: make setup, env: {KEY: "${{ secrets.OTHER_KEY }}"}}]
+"""),
+    }
+    assert sorted(runner_problems(docs)) == [
+        "ci.yml: job fleet holds a secret on runner label ext4-fleet, which pull-request code also runs on"
+        " (ci.yml: job fleet)",
+        "precheck.yml: job precheck holds a secret on runner label ext4-root, which pull-request code also"
+        " runs on (ci.yml: job integration)",
+    ]
+
+
 BAD_WORKFLOW = """
 name: bad
 on:
@@ -264,6 +374,7 @@ jobs:
       TOKEN: ${{ secrets.DEPLOY_TOKEN }}
     steps:
       - uses: actions/checkout@v4
+      - uses: docker://alpine:3.20
       - run: echo "${{ github.event.pull_request.title }}"
       - run: make setup no-such-target && .venv/bin/ansible-playbook -i inventories/local playbooks/no_such.yml
       - run: |
@@ -272,6 +383,9 @@ jobs:
       - run: .venv/bin/molecule test -s "${{ matrix.scenario }}"
   sarif:
     runs-on: ubuntu-24.04
+    container: debian:12
+    services:
+      sshd: {image: "debian:12@sha256:6ebd97fa83deb272194a2cf015b3d26a4d538e9ad3a7a79d544c8af5b0a01443"}
     timeout-minutes: 5
     strategy:
       matrix:
@@ -279,7 +393,8 @@ jobs:
     steps:
       - uses: github/codeql-action/upload-sarif@8aad20d150bbac5944a9f9d289da16a4b0d87c1e
         with: {sarif_file: x.sarif}
-      - run: PATH="$PWD/.venv/bin:$PATH" .venv/bin/molecule test -s "${{ matrix.scenario }}"
+      - env: {SCENARIO: "${{ matrix.scenario }}"}
+        run: PATH="$PWD/.venv/bin:$PATH" .venv/bin/molecule test -s "$SCENARIO"
 """
 
 
@@ -292,6 +407,9 @@ jobs:
     "job scan: has security-events: write but uploads no SARIF",
     "job sarif: uploads SARIF without security-events: write",
     "job-level env TOKEN carries a secret",
+    "job scan: reads secrets.DEPLOY_TOKEN with no environment:",
+    "job sarif: container image debian:12 is not pinned by digest",
+    "docker://alpine:3.20 is not pinned by digest",
     "actions/checkout@v4 is not pinned",
     "upload-sarif@8aad20d150bbac5944a9f9d289da16a4b0d87c1e has no `# vX.Y.Z` comment",
     "${{ inputs.* / github.event.* }} inside run:",
@@ -307,7 +425,7 @@ def test_a_bad_workflow_fails_each_check(expected):
     assert any(expected in p for p in problems), "not reported: %r\nreported:\n%s" % (expected, "\n".join(problems))
     # What exists is not reported: `make setup`, `pytest tests/unit`, scenario default.
     assert {"make setup", "pytest tests/unit", "molecule default"} <= checked
-    assert not any(s in p for p in problems for s in ("`make setup`", "tests/unit:", "-s default:"))
+    assert not any(s in p for p in problems for s in ("`make setup`", "tests/unit:", "-s default:", "sha256:6ebd"))
 
 
 def actionlint_or_skip():
@@ -352,6 +470,64 @@ jobs:
                      "SC2086"):
         assert expected in output, "actionlint did not report %r:\n%s" % (expected, output)
     assert '"ext4-root" is unknown' not in output, output
+
+
+def zizmor(path, cwd=ROOT):
+    """zizmor as `make lint` runs it (the auditor persona, offline, .github/zizmor.yml found from
+    the path): its exit code, its findings (JSON) and its log."""
+    result = subprocess.run([ZIZMOR, "--offline", "--persona=auditor", "--no-progress", "--format=json", path],
+                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+    return result.returncode, json.loads(result.stdout or b"[]"), result.stderr.decode(errors="replace")
+
+
+def finding_lines(findings):
+    """One line for each finding: rule, file:line, what it says."""
+    lines = []
+    for finding in findings:
+        for location in finding["locations"]:
+            if location["symbolic"]["kind"] == "Primary":
+                lines.append("%s %s:%d %s" % (finding["ident"], location["symbolic"]["key"]["Local"]["verbatim_path"],
+                                              location["concrete"]["location"]["start_point"]["row"] + 1,
+                                              location["symbolic"]["annotation"]))
+    return lines
+
+
+def test_zizmor_passes_on_every_workflow():
+    rc, findings, log = zizmor(".github/workflows")
+    assert rc == 0 and not findings, "zizmor found problems:\n" + "\n".join(finding_lines(findings)) + log
+    for path in WORKFLOWS:
+        assert "completed %s" % os.path.relpath(path, ROOT) in log, log
+        # What it was told to ignore, it was told why.
+        for number, line in enumerate(read(path).splitlines(), 1):
+            match = re.search(r"#\s*zizmor:\s*ignore\[[^\]]*\](.*)", line)
+            assert not match or len(match.group(1).split()) >= 2, \
+                "%s:%d: a zizmor ignore without its reason: %s" % (path, number, line.strip())
+
+
+def test_zizmor_fails_a_bad_workflow(tmp_path):
+    # With our settings (.github/zizmor.yml) on a copy: the findings of the issue and the other
+    # rules the workflows are held to are each reported.
+    os.makedirs(tmp_path / ".github" / "workflows")
+    shutil.copy(os.path.join(ROOT, ".github", "zizmor.yml"), tmp_path / ".github" / "zizmor.yml")
+    (tmp_path / ".github" / "workflows" / "bad.yml").write_text("""
+on: pull_request
+jobs:
+  build:
+    runs-on: [self-hosted, linux, x64, ext4-root]
+    container: debian:12
+    steps:
+      - uses: actions/checkout@v4
+      - run: echo "${{ github.event.pull_request.title }}"
+      - env:
+          KEY: ${{ secrets.AMI_PRECHECK_SSH_KEY }}
+        run: make setup
+""")
+    rc, findings, log = zizmor(".github/workflows", cwd=str(tmp_path))
+    assert rc != 0, log
+    reported = {finding["ident"] for finding in findings}
+    for expected in ("secrets-outside-env", "unpinned-images", "self-hosted-runner", "unpinned-uses",
+                     "template-injection", "artipacked", "excessive-permissions", "concurrency-limits"):
+        assert expected in reported, "zizmor did not report %s:\n%s" % (expected, "\n".join(finding_lines(findings)))
 
 
 def test_yamllint_passes_on_the_repository():
