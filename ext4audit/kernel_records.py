@@ -112,12 +112,11 @@ def judge(record, version):
             fixed_in, "fixed in %s; host runs %s" % (fixed_in, version), None)
     if mainline is not None and not _before(version, mainline):
         return None
-    if mainline is None:
-        return None, "no fix released in any branch; host runs %s" % version, None
     rc_note = None
     if is_rc and mainline == branch:
         rc_note = "the fix landed during the %s release candidates; which rc is not recorded" % branch
-    return None, "no fix in this branch (%s); fixed in %s; host runs %s" % (branch, mainline, version), rc_note
+    mainline_text = "; fixed in %s" % mainline if mainline else ""
+    return None, "no fix in this branch (%s)%s; host runs %s" % (branch, mainline_text, version), rc_note
 
 
 def _judged_version(kernel):
