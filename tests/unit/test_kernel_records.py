@@ -407,7 +407,7 @@ def test_unreadable_release_is_undetermined_not_clean(data):
     (b"{", "not JSON"),
     (json.dumps({"schema": "other", "records": []}).encode(), "schema is not"),
     (b" " * (kr.MAX_DATA_BYTES + 1), "larger than"),
-])
+], ids=["truncated", "other schema", "oversized"])
 def test_load_rejects_bad_files(tmp_path, content, message):
     path = tmp_path / "records.json"
     path.write_bytes(content)
