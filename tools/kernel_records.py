@@ -112,7 +112,8 @@ def _cna(doc, name):
 def selected(doc, name):
     """Is this record about ext4 or jbd2 (SELECTION)?"""
     _, cna = _cna(doc, name)
-    files = [f for entry in cna["affected"] for f in (entry.get("programFiles") or [])]
+    files = [f for entry in cna["affected"] if isinstance(entry, dict)
+             for f in (entry.get("programFiles") or []) if isinstance(f, str)]
     title = cna.get("title") or ""
     return any(f.startswith(PROGRAM_DIRS) for f in files) or title.startswith(TITLE_PREFIXES)
 
@@ -139,10 +140,14 @@ def summarise(doc, name):
     introduced, fixed, backported, mainline_fix, default_affected = None, {}, {}, None, False
     ranges = []
     for i, entry in enumerate(cna["affected"]):
+        if not isinstance(entry, dict):
+            raise RecordError("%s: containers.cna.affected[%d] is not a mapping" % (name, i))
         files.update(entry.get("programFiles") or [])
         default_affected |= entry.get("defaultStatus") == "affected"
         for j, version in enumerate(entry.get("versions") or []):
             field = "containers.cna.affected[%d].versions[%d]" % (i, j)
+            if not isinstance(version, dict):
+                raise RecordError("%s: %s is not a mapping" % (name, field))
             kind, status = version.get("versionType"), version.get("status")
             start, below, upto = version.get("version"), version.get("lessThan"), version.get("lessThanOrEqual")
             if kind == "git":
@@ -331,10 +336,10 @@ def main(argv=None):
         else:
             parser.error("%s is not a folder" % src)
         records = collect(files)
+        write_atomically(args.output, render(records, source))
     except (RecordError, OSError, subprocess.CalledProcessError) as exc:
         print("kernel_records: %s" % exc, file=sys.stderr)
         return 1
-    write_atomically(args.output, render(records, source))
     print("%s: %d records from %s" % (args.output, len(records), source["commit"] or src))
     return 0
 
