@@ -44,10 +44,11 @@ def load(path=DATA_FILE):
         raise RecordsError("%s: not JSON: %s" % (path, exc))
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise RecordsError("%s: schema is not %s" % (path, SCHEMA))
-    if not isinstance(doc.get("records"), list):
-        raise RecordsError("%s: records is not a list" % path)
+    for field in ("classes", "records"):
+        if not isinstance(doc.get(field), list):
+            raise RecordsError("%s: %s is not a list" % (path, field))
     for index, record in enumerate(doc["records"]):
-        _check(record, "%s: records[%d]" % (path, index), doc.get("classes") or [])
+        _check(record, "%s: records[%d]" % (path, index), doc["classes"])
     return doc
 
 
