@@ -8,7 +8,7 @@ APT_PACKAGES := e2fsprogs util-linux openssh-server sshfs
 APT_COMMANDS := dumpe2fs debugfs losetup /usr/sbin/sshd sshfs
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: setup deps vm-deps lint-deps test-deps cloud-deps audit test lint rules clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate
+.PHONY: setup deps vm-deps lint-deps test-deps cloud-deps audit test lint rules clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records
 setup: deps $(VENV)/.installed
 
 # Debian packages the audit and the tests use; installed only when a tool is missing.
@@ -119,6 +119,13 @@ vm-kernel-gate: setup vm-deps
 	$(VENV)/bin/ansible-playbook playbooks/testhosts/vm_up.yml -e @testhosts/vm/kernels.yml -e vm_run_dir=$(KERNEL_GATE_VMS) && \
 	  $(VENV)/bin/ansible-playbook -i $(KERNEL_GATE_VMS)/inventory playbooks/kernel_gate.yml -e @testhosts/vm/kernels.yml $(KERNEL_GATE_ARGS); \
 	rc=$$?; $(VENV)/bin/ansible-playbook playbooks/testhosts/vm_down.yml -e vm_run_dir=$(KERNEL_GATE_VMS) || rc=1; exit $$rc
+
+# Regenerate rules/kernel_cna_records.json from the kernel CNA's vulns repository: CNA is a work
+# tree (git clone https://git.kernel.org/pub/scm/linux/security/vulns.git) or a bare git dir read
+# at CNA_REV (default HEAD); CNA_REPO is recorded as the source (default: git.kernel.org's URL).
+kernel-records:
+	@test -n "$(CNA)" || { echo "usage: make kernel-records CNA=<vulns work tree or git dir> [CNA_REV=master] [CNA_REPO=url]"; exit 2; }
+	$(PYTHON) tools/kernel_records.py "$(CNA)" $(if $(CNA_REV),--rev "$(CNA_REV)") $(if $(CNA_REPO),--repository "$(CNA_REPO)")
 
 rules: setup
 	$(VENV)/bin/python -m ext4audit rules

@@ -1,0 +1,167 @@
+"""Which ext4 and jbd2 fixes a host's kernel still lacks, by the kernel CNA's own records.
+
+The data is rules/kernel_cna_records.json, made by tools/kernel_records.py from the CNA's
+`vulns` repository (its header says which fields mean what). A host's kernel is judged by its
+upstream version (module_utils/kernel_version.identify): exactly for kernels that carry an
+upstream stable version (mainline, Debian, Amazon, Ubuntu with /proc/version_signature), and as
+an advisory for kernels that do not (RHEL, Alibaba and SUSE backport fixes under their own
+release numbers; Ubuntu without version_signature): these are judged by their upstream base and
+every item says why it is only advisory.
+"""
+
+import json
+import os
+import re
+
+import kernel_version
+
+from . import ROOT
+
+DATA_FILE = os.path.join(ROOT, "rules", "kernel_cna_records.json")
+SCHEMA = "ext4-fleet-audit/kernel-cna-records/v1"
+MAX_DATA_BYTES = 16 << 20  # 157 records take some 110 KiB
+SINCE_THE_START = "since the start"
+LINK = "https://nvd.nist.gov/vuln/detail/%s"
+_LEAD = re.compile(r"^(\d+)\.(\d+)")
+
+
+class RecordsError(ValueError):
+    """The data file cannot be used; the message names the file and the field."""
+
+
+def load(path=DATA_FILE):
+    """The data file as a dict, checked: every release the matching compares must parse."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_DATA_BYTES + 1)
+    except OSError as exc:
+        raise RecordsError("cannot read %s: %s" % (path, exc))
+    if len(data) > MAX_DATA_BYTES:
+        raise RecordsError("%s: larger than %d bytes" % (path, MAX_DATA_BYTES))
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise RecordsError("%s: not JSON: %s" % (path, exc))
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise RecordsError("%s: schema is not %s" % (path, SCHEMA))
+    for field in ("classes", "records"):
+        if not isinstance(doc.get(field), list):
+            raise RecordsError("%s: %s is not a list" % (path, field))
+    for index, record in enumerate(doc["records"]):
+        _check(record, "%s: records[%d]" % (path, index), doc["classes"])
+    return doc
+
+
+def _check(record, where, classes):
+    if not isinstance(record, dict):
+        raise RecordsError("%s is not a mapping" % where)
+    for field in ("id", "title"):
+        if not isinstance(record.get(field), str) or not record[field]:
+            raise RecordsError("%s.%s is missing" % (where, field))
+    if record.get("class") not in classes:
+        raise RecordsError("%s.class %r is not one of %s" % (where, record.get("class"), classes))
+    releases = [("introduced", record.get("introduced")), ("fixed_mainline", record.get("fixed_mainline"))]
+    for field in ("backported_into", "fixed"):
+        if not isinstance(record.get(field), dict):
+            raise RecordsError("%s.%s is not a mapping" % (where, field))
+        for branch, release in record[field].items():
+            if _series(release) != branch:
+                raise RecordsError("%s.%s[%s]: %r is not in that branch" % (where, field, branch, release))
+            releases.append(("%s[%s]" % (field, branch), release))
+    for field, release in releases:
+        if release is not None and not (field == "introduced" and release == SINCE_THE_START):
+            try:
+                kernel_version.compare_upstream(release, "0")
+            except ValueError as exc:
+                raise RecordsError("%s.%s: %s" % (where, field, exc))
+    if record.get("introduced") is None and not record["backported_into"]:
+        raise RecordsError("%s: neither introduced nor backported_into says where the bug is" % where)
+
+
+def _series(version):
+    """"6.1" of "6.1.75", "6.1", "6.1.0-rc3"; None for anything else."""
+    match = _LEAD.match(version) if isinstance(version, str) else None
+    return "%s.%s" % match.groups() if match else None
+
+
+def _before(a, b):
+    return kernel_version.compare_upstream(a, b) < 0
+
+
+def judge(record, version):
+    """Does a kernel of this upstream version lack the record's fix?
+
+    Returns None (not affected) or (fixed_in, reason, rc_note): the first fixed release of the
+    kernel's stable branch (None when the branch has no fix), why, and a note when the kernel is
+    a release candidate of the release that brought or fixed the bug (the CNA records releases,
+    not rcs, so such a kernel may or may not have it).
+    """
+    branch = _series(version)
+    is_rc = "-rc" in version
+    introduced = record["backported_into"].get(branch) or record["introduced"]
+    if introduced is None:
+        return None  # no mainline release carried it, nor a release of this branch
+    if introduced != SINCE_THE_START and _before(version, introduced):
+        if is_rc and introduced == branch:  # a mainline x.y, not a stable x.y.z
+            return (None, "introduced in %s; host runs %s" % (introduced, version),
+                    "the bug came in during the %s release candidates; which rc is not recorded"
+                    % branch)
+        return None
+    fixed_in, mainline = record["fixed"].get(branch), record["fixed_mainline"]
+    if fixed_in is not None:
+        return None if not _before(version, fixed_in) else (
+            fixed_in, "fixed in %s; host runs %s" % (fixed_in, version), None)
+    if mainline is not None and not _before(version, mainline):
+        return None
+    rc_note = None
+    if is_rc and mainline == branch:
+        rc_note = "the fix landed during the %s release candidates; which rc is not recorded" % branch
+    mainline_text = "; fixed in %s" % mainline if mainline else ""
+    return None, "no fix in this branch (%s)%s; host runs %s" % (branch, mainline_text, version), rc_note
+
+
+def _judged_version(kernel):
+    """(upstream version to judge, advisory reason or None), or None when nothing can be said."""
+    upstream = kernel.get("upstream")
+    vendor = kernel.get("vendor") or "unknown"
+    if upstream and not kernel.get("backports"):
+        return upstream, None
+    if upstream:
+        return upstream, ("%s kernel %s backports fixes under its own release numbers; judged"
+                          " by its upstream base %s" % (vendor, kernel.get("release"), upstream))
+    series = _series(kernel.get("release"))
+    if series is None:
+        return None
+    return series + ".0", ("upstream version of %s kernel %s unknown (%s); judged by the %s"
+                           " series' first release" % (vendor, kernel.get("release"),
+                                                       "; ".join(kernel.get("notes") or []) or "no note",
+                                                       series))
+
+
+def open_records(doc, kernel):
+    """The records whose fix has not reached this kernel, in the data file's order.
+
+    doc: load()'s result; kernel: identify()'s result. Each item: id, title, class, fixed_in
+    (first fixed release of the kernel's branch, or None), fixed_mainline, reason, advisory
+    (True when the kernel's upstream version is not exact, or for an rc at a boundary), link.
+    None when the kernel's version cannot be told at all (unrecognised release string).
+    """
+    judged = _judged_version(kernel or {})
+    if judged is None:
+        return None
+    version, advisory = judged
+    items = []
+    for record in doc["records"]:
+        verdict = judge(record, version)
+        if verdict is None:
+            continue
+        fixed_in, reason, rc_note = verdict
+        notes = [note for note in (advisory, rc_note) if note]
+        if notes:
+            reason = "advisory (%s): %s" % ("; ".join(notes), reason.replace("host runs", "judged as"))
+        items.append({
+            "id": record["id"], "title": record["title"], "class": record["class"],
+            "fixed_in": fixed_in, "fixed_mainline": record["fixed_mainline"], "reason": reason,
+            "advisory": bool(notes), "link": LINK % record["id"],
+        })
+    return items
