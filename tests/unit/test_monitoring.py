@@ -1,0 +1,223 @@
+"""monitoring/: the alert rules pass `promtool check rules` and their unit tests (`promtool test
+rules`), and every metric and label the Grafana dashboard, the rules and the rules' test series
+use is one the real exporter writes for a real report folder."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import promql_parser
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import ROOT
+from ext4audit import reports
+from test_baseline import NOBARRIER, NODELALLOC, make_run, record
+from test_html import PLAN, probe_record
+from test_reports import cli
+
+RULES = os.path.join(ROOT, "monitoring", "prometheus", "ext4-audit.rules.yml")
+RULE_TESTS = os.path.join(ROOT, "monitoring", "prometheus", "ext4-audit.rules.test.yml")
+DASHBOARD = os.path.join(ROOT, "monitoring", "grafana", "ext4-audit.json")
+TARGET_LABELS = {"instance", "job"}  # Prometheus adds these to every scraped series
+LABEL_VALUES = re.compile(r"label_values\((.+),\s*(\w+)\)\s*$")  # a Grafana query variable
+
+
+def promtool_or_skip():
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.skip("promtool is missing: `make test-deps` installs Debian's prometheus package, which has it")
+    return path
+
+
+def promtool(*args):
+    result = subprocess.run([promtool_or_skip()] + list(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            cwd=os.path.dirname(RULES))
+    return result.returncode, result.stdout.decode(errors="replace")
+
+
+# ------------------------------------------------------------------ the rules under promtool
+def test_promtool_check_rules():
+    rc, out = promtool("check", "rules", RULES)
+    assert rc == 0, out
+    assert "SUCCESS: 4 rules found" in out, out
+
+
+def test_promtool_rule_unit_tests():
+    rc, out = promtool("test", "rules", RULE_TESTS)
+    assert rc == 0, out
+
+
+def rule_tests_against(tmp_path, rules_text):
+    """promtool's verdict on the unit tests run against other rules."""
+    shutil.copy(RULE_TESTS, str(tmp_path))
+    (tmp_path / os.path.basename(RULES)).write_text(rules_text)
+    result = subprocess.run([promtool_or_skip(), "test", "rules", os.path.basename(RULE_TESTS)], cwd=str(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return result.returncode, result.stdout.decode(errors="replace")
+
+
+@pytest.mark.parametrize("alert, old, new", [
+    ("Ext4AuditNewHighFinding", "and on (instance, job) (ext4audit_last_run_timestamp_seconds offset 1d)", ""),
+    ("Ext4AuditNewHighFinding", 'severity=~"critical|high"', 'severity=~"critical|high|low"'),
+    ("Ext4AuditHostNotAudited", "for: 1d", "for: 1h"),
+    ("Ext4AuditReportStale", "> 86400", "> 90000"),
+    ("Ext4AuditReportStale", "or absent_over_time(ext4audit_last_run_timestamp_seconds[1d])", ""),
+    ("Ext4AuditVerdictFail", 'verdict="fail"', 'verdict=~"fail|incomplete"'),
+])
+def test_rule_unit_tests_catch_a_broken_rule(tmp_path, alert, old, new):
+    """Each alert's unit tests see it fire when it should not, or stay quiet when it should fire."""
+    original = open(RULES, encoding="utf-8").read()
+    assert old in original
+    rc, out = rule_tests_against(tmp_path, original.replace(old, new))
+    assert rc != 0 and "alertname: %s," % alert in out, out
+
+
+# ------------------------------------------------------------------ the names the exporter writes
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """{metric: label names} of ext4audit.prom as `ext4audit report` writes it for a run with every
+    family: findings (one waived), an unreachable host, a probe and a baseline."""
+    tmp_path = tmp_path_factory.mktemp("monitoring")
+    earlier = make_run(tmp_path, "run-1", [record("web-1", ("/data", NODELALLOC))])
+    rc, out, err = cli("report", earlier)
+    assert rc == 0, (out, err)  # nodelalloc is low: a pass
+    run = make_run(tmp_path, "run-2", [record("web-1", ("/data", NOBARRIER), ("/x", NODELALLOC)),
+                                       record("db-2", ("/srv", NOBARRIER)),
+                                       record("gone-3", status="unreachable")])
+    os.mkdir(os.path.join(run, "probe"))
+    reports.write_json(os.path.join(run, "probe", "plan.json"), PLAN)
+    reports.write_json(os.path.join(run, "probe", "web-1.json"), probe_record("web-1", "/data"))
+    waivers = tmp_path / "waivers.yml"
+    waivers.write_text("waivers:\n  - rule: EXT4_NOBARRIER\n    hosts: [db-2]\n    justification: battery-backed cache\n"
+                       "    approver: storage-team\n    expires: 2099-01-01\n")
+    rc, out, err = cli("report", run, "--baseline", earlier, "--waivers", str(waivers))
+    assert rc == 2, (out, err)  # gone-3 was unreachable: incomplete
+    return names_of(open(os.path.join(run, "ext4audit.prom"), encoding="utf-8").read())
+
+
+def names_of(text):
+    names = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            names.setdefault(sample.name, set()).update(sample.labels)
+    return names
+
+
+def selectors(expr):
+    """(metric, label names matched) of each vector selector in a PromQL expression, parsed by
+    promql-parser (a syntax error fails the test); Grafana's variables sit in label values only."""
+    found = []
+
+    def visit(node):
+        if isinstance(node, promql_parser.VectorSelector):
+            assert node.name, "a selector without a metric name in %r" % expr
+            found.append((node.name, {m.name for m in node.matchers.matchers}))
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return found
+
+
+def unknown(uses, names):
+    """Metrics and selector labels the expressions use that the exporter does not write.
+    uses: (where, PromQL expression) pairs; names: {metric: label names}."""
+    problems = []
+    for where, expr in uses:
+        for metric, labels in selectors(expr):
+            if metric not in names:
+                problems.append("%s: metric %s" % (where, metric))
+            else:
+                problems += ["%s: label %s of %s" % (where, label, metric)
+                             for label in sorted(labels - names[metric] - TARGET_LABELS)]
+    return problems
+
+
+def panels(dashboard):
+    for panel in dashboard["panels"]:
+        yield panel
+        yield from panel.get("panels", [])  # a collapsed row holds its panels
+
+
+def dashboard_queries(dashboard):
+    """(where, PromQL) of every panel target and every label_values() query variable."""
+    uses = [("panel %r %s" % (panel["title"], target["refId"]), target["expr"])
+            for panel in panels(dashboard) for target in panel.get("targets", [])]
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            match = LABEL_VALUES.match(variable["definition"])
+            assert match, "variable %s: not a label_values(selector, label) query" % variable["name"]
+            uses.append(("variable %s" % variable["name"], "%s{%s!=\"\"}" % match.groups()))
+    return uses
+
+
+def rule_queries():
+    doc = yaml.safe_load(open(RULES, encoding="utf-8"))
+    return [("rule %s" % rule["alert"], rule["expr"]) for group in doc["groups"] for rule in group["rules"]]
+
+
+def rule_test_series():
+    doc = yaml.safe_load(open(RULE_TESTS, encoding="utf-8"))
+    return [("test %r" % test["name"], series["series"]) for test in doc["tests"] for series in test["input_series"]]
+
+
+def load_dashboard(text=None):
+    return json.loads(text if text is not None else open(DASHBOARD, encoding="utf-8").read())
+
+
+def test_dashboard_and_rules_use_only_what_the_exporter_writes(exported):
+    uses = dashboard_queries(load_dashboard()) + rule_queries() + rule_test_series()
+    assert unknown(uses, exported) == []
+    # Every family the exporter writes is in the report; the dashboard shows each but the waived findings.
+    shown = {metric for _, expr in dashboard_queries(load_dashboard()) for metric, _ in selectors(expr)}
+    assert set(exported) - shown == {"ext4audit_waived_findings"}
+
+
+def test_a_renamed_metric_or_label_is_caught(exported):
+    text = open(DASHBOARD, encoding="utf-8").read()
+    renamed = load_dashboard(text.replace("ext4audit_probe_dspan_bytes", "ext4audit_probe_dspan"))
+    assert unknown(dashboard_queries(renamed), exported) == [
+        "panel 'Probe d-span quantiles per host' A: metric ext4audit_probe_dspan"]
+    relabelled = load_dashboard(text.replace('ext4audit_verdict == 1"', 'ext4audit_verdict{state=\\"fail\\"} == 1"'))
+    assert unknown(dashboard_queries(relabelled), exported) == [
+        "panel 'Verdict' A: label state of ext4audit_verdict", "panel 'Verdict over time' A: label state of ext4audit_verdict"]
+    # The exporter renaming a metric: the rules and their tests no longer match it.
+    old = dict(exported)
+    old["ext4audit_host_up"] = old.pop("ext4audit_host_audited")
+    assert unknown(rule_queries() + rule_test_series(), old) == [
+        "rule Ext4AuditHostNotAudited: metric ext4audit_host_audited"] + [
+        "test 'host not audited for a day': metric ext4audit_host_audited"] * 3
+
+
+# ------------------------------------------------------------------ the dashboard's shape
+def test_dashboard_is_a_grafana_dashboard():
+    dashboard = load_dashboard()
+    assert isinstance(dashboard["schemaVersion"], int) and dashboard["schemaVersion"] >= 36  # Grafana 9 on
+    assert dashboard["uid"] == "ext4-audit" and dashboard["title"]
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    source = {"type": "prometheus", "uid": "${datasource}"}
+    ids, cells = set(), set()
+    for panel in panels(dashboard):
+        where = "panel %r" % panel.get("title")
+        assert panel["id"] not in ids, where
+        ids.add(panel["id"])
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["w"] > 0 and grid["x"] + grid["w"] <= 24 and grid["h"] > 0, where
+        here = {(x, y) for x in range(grid["x"], grid["x"] + grid["w"]) for y in range(grid["y"], grid["y"] + grid["h"])}
+        assert not here & cells, "%s overlaps another panel" % where
+        cells |= here
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"] == source, where
+        assert panel["targets"], where
+        assert len({t["refId"] for t in panel["targets"]}) == len(panel["targets"]), where
+        for target in panel["targets"]:
+            assert target["datasource"] == source and target["expr"], where
+            # Every $variable a query names is defined (Grafana would leave it as text).
+            assert set(re.findall(r"\$(\w+)", target["expr"])) <= set(variables), where
+    assert variables["host"]["datasource"] == source
+    # fail_on's choices: each severity and those above it, default high as in the role's defaults.
+    assert variables["fail_on"]["current"]["value"] == "critical|high"
