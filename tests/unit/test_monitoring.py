@@ -14,7 +14,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ROOT
-from ext4audit import reports
+from ext4audit import SEVERITIES, reports
 from test_baseline import NOBARRIER, NODELALLOC, make_run, record
 from test_html import PLAN, probe_record
 from test_reports import cli
@@ -107,31 +107,38 @@ def names_of(text):
     return names
 
 
-def selectors(expr):
-    """(metric, label names matched) of each vector selector in a PromQL expression, parsed by
-    promql-parser (a syntax error fails the test); Grafana's variables sit in label values only."""
-    found = []
+def references(expr):
+    """What a PromQL expression names, parsed by promql-parser (a syntax error fails the test;
+    Grafana's variables sit in label values only): (metric, label names matched) of each vector
+    selector, and the label names its aggregations group by."""
+    selected, grouped = [], set()
 
     def visit(node):
         if isinstance(node, promql_parser.VectorSelector):
             assert node.name, "a selector without a metric name in %r" % expr
-            found.append((node.name, {m.name for m in node.matchers.matchers}))
+            selected.append((node.name, {m.name for m in node.matchers.matchers}))
+        elif isinstance(node, promql_parser.AggregateExpr) and node.modifier is not None:
+            grouped.update(node.modifier.labels)
 
     promql_parser.walk(promql_parser.parse(expr), visit)
-    return found
+    return selected, grouped
 
 
 def unknown(uses, names):
-    """Metrics and selector labels the expressions use that the exporter does not write.
-    uses: (where, PromQL expression) pairs; names: {metric: label names}."""
+    """Metrics and labels the expressions use that the exporter does not write. uses: (where,
+    PromQL, label names shown: a legend's, an annotation's); names: {metric: label names}."""
     problems = []
-    for where, expr in uses:
-        for metric, labels in selectors(expr):
+    for where, expr, shown in uses:
+        selected, grouped = references(expr)
+        for metric, labels in selected:
             if metric not in names:
                 problems.append("%s: metric %s" % (where, metric))
             else:
                 problems += ["%s: label %s of %s" % (where, label, metric)
                              for label in sorted(labels - names[metric] - TARGET_LABELS)]
+        if all(metric in names for metric, _ in selected):  # else the metric is the problem
+            written = set(TARGET_LABELS).union(*(names[metric] for metric, _ in selected))
+            problems += ["%s: label %s" % (where, label) for label in sorted((grouped | shown) - written)]
     return problems
 
 
@@ -142,25 +149,31 @@ def panels(dashboard):
 
 
 def dashboard_queries(dashboard):
-    """(where, PromQL) of every panel target and every label_values() query variable."""
-    uses = [("panel %r %s" % (panel["title"], target["refId"]), target["expr"])
+    """(where, PromQL, labels shown) of every panel target (its legend's {{label}}s) and every
+    label_values(selector, label) query variable."""
+    uses = [("panel %r %s" % (panel["title"], target["refId"]), target["expr"],
+             set(re.findall(r"\{\{\s*(\w+)\s*\}\}", target.get("legendFormat", ""))))
             for panel in panels(dashboard) for target in panel.get("targets", [])]
     for variable in dashboard["templating"]["list"]:
         if variable["type"] == "query":
             match = LABEL_VALUES.match(variable["definition"])
             assert match, "variable %s: not a label_values(selector, label) query" % variable["name"]
-            uses.append(("variable %s" % variable["name"], "%s{%s!=\"\"}" % match.groups()))
+            uses.append(("variable %s" % variable["name"], match.group(1), {match.group(2)}))
     return uses
 
 
 def rule_queries():
+    """(where, PromQL, the labels its annotations show) of every rule."""
     doc = yaml.safe_load(open(RULES, encoding="utf-8"))
-    return [("rule %s" % rule["alert"], rule["expr"]) for group in doc["groups"] for rule in group["rules"]]
+    return [("rule %s" % rule["alert"], rule["expr"],
+             set(re.findall(r"\$labels\.(\w+)", " ".join(rule.get("annotations", {}).values()))))
+            for group in doc["groups"] for rule in group["rules"]]
 
 
 def rule_test_series():
     doc = yaml.safe_load(open(RULE_TESTS, encoding="utf-8"))
-    return [("test %r" % test["name"], series["series"]) for test in doc["tests"] for series in test["input_series"]]
+    return [("test %r" % test["name"], series["series"], set())
+            for test in doc["tests"] for series in test["input_series"]]
 
 
 def load_dashboard(text=None):
@@ -170,9 +183,9 @@ def load_dashboard(text=None):
 def test_dashboard_and_rules_use_only_what_the_exporter_writes(exported):
     uses = dashboard_queries(load_dashboard()) + rule_queries() + rule_test_series()
     assert unknown(uses, exported) == []
-    # Every family the exporter writes is in the report; the dashboard shows each but the waived findings.
-    shown = {metric for _, expr in dashboard_queries(load_dashboard()) for metric, _ in selectors(expr)}
-    assert set(exported) - shown == {"ext4audit_waived_findings"}
+    # The dashboard shows every family the exporter writes (and the report above has each).
+    shown = {metric for _, expr, _ in dashboard_queries(load_dashboard()) for metric, _ in references(expr)[0]}
+    assert shown == set(exported)
 
 
 def test_a_renamed_metric_or_label_is_caught(exported):
@@ -189,6 +202,14 @@ def test_a_renamed_metric_or_label_is_caught(exported):
     assert unknown(rule_queries() + rule_test_series(), old) == [
         "rule Ext4AuditHostNotAudited: metric ext4audit_host_audited"] + [
         "test 'host not audited for a day': metric ext4audit_host_audited"] * 3
+    # ... or renaming a label a legend, an aggregation, an annotation or a matcher uses.
+    old = dict(exported, ext4audit_probe_dspan_bytes={"host", "q"}, ext4audit_verdict={"state"},
+               ext4audit_findings={"host", "check", "severity"})
+    assert unknown(dashboard_queries(load_dashboard()), old) == [
+        "panel 'Verdict' A: label verdict", "panel 'Failing hosts' A: label rule",
+        "panel 'Verdict over time' A: label verdict", "panel 'Probe d-span quantiles per host' A: label quantile"]
+    assert unknown(rule_queries(), old) == [
+        "rule Ext4AuditNewHighFinding: label rule", "rule Ext4AuditVerdictFail: label verdict of ext4audit_verdict"]
 
 
 # ------------------------------------------------------------------ the dashboard's shape
@@ -219,5 +240,10 @@ def test_dashboard_is_a_grafana_dashboard():
             # Every $variable a query names is defined (Grafana would leave it as text).
             assert set(re.findall(r"\$(\w+)", target["expr"])) <= set(variables), where
     assert variables["host"]["datasource"] == source
-    # fail_on's choices: each severity and those above it, default high as in the role's defaults.
-    assert variables["fail_on"]["current"]["value"] == "critical|high"
+    # fail_on's choices: each severity with those above it, by default the role's fail_on.
+    choices = {option["text"]: option["value"] for option in variables["fail_on"]["options"]}
+    assert choices == {s: "|".join(reversed(SEVERITIES[SEVERITIES.index(s):])) for s in SEVERITIES}
+    assert variables["fail_on"]["query"] == ",".join("%s : %s" % choice for choice in choices.items())  # Grafana's source
+    defaults = yaml.safe_load(open(os.path.join(ROOT, "roles", "ext4_audit", "defaults", "main.yml"), encoding="utf-8"))
+    current = variables["fail_on"]["current"]
+    assert current["text"] == defaults["ext4_audit_fail_on"] and current["value"] == choices[current["text"]]
