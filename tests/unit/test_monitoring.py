@@ -2,18 +2,24 @@
 rules`), and every metric and label the Grafana dashboard, the rules and the rules' test series
 use is one the real exporter writes for a real report folder."""
 
+import functools
+import http.server
 import json
 import os
 import re
 import shutil
 import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
 
 import promql_parser
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ROOT
+from conftest import ROOT, free_port
 from ext4audit import SEVERITIES, reports
 from test_baseline import NOBARRIER, NODELALLOC, make_run, record
 from test_html import PLAN, probe_record
@@ -78,9 +84,9 @@ def test_rule_unit_tests_catch_a_broken_rule(tmp_path, alert, old, new):
 
 # ------------------------------------------------------------------ the names the exporter writes
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    """{metric: label names} of ext4audit.prom as `ext4audit report` writes it for a run with every
-    family: findings (one waived), an unreachable host, a probe and a baseline."""
+def report_text(tmp_path_factory):
+    """ext4audit.prom as `ext4audit report` writes it for a run with every family: findings (one
+    waived), an unreachable host, a probe and a baseline."""
     tmp_path = tmp_path_factory.mktemp("monitoring")
     earlier = make_run(tmp_path, "run-1", [record("web-1", ("/data", NODELALLOC))])
     rc, out, err = cli("report", earlier)
@@ -96,12 +102,14 @@ def exported(tmp_path_factory):
                        "    approver: storage-team\n    expires: 2099-01-01\n")
     rc, out, err = cli("report", run, "--baseline", earlier, "--waivers", str(waivers))
     assert rc == 2, (out, err)  # gone-3 was unreachable: incomplete
-    return names_of(open(os.path.join(run, "ext4audit.prom"), encoding="utf-8").read())
+    return open(os.path.join(run, "ext4audit.prom"), encoding="utf-8").read()
 
 
-def names_of(text):
+@pytest.fixture(scope="module")
+def exported(report_text):
+    """{metric: label names} the exporter writes."""
     names = {}
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(report_text):
         for sample in family.samples:
             names.setdefault(sample.name, set()).update(sample.labels)
     return names
@@ -247,3 +255,78 @@ def test_dashboard_is_a_grafana_dashboard():
     defaults = yaml.safe_load(open(os.path.join(ROOT, "roles", "ext4_audit", "defaults", "main.yml"), encoding="utf-8"))
     current = variables["fail_on"]["current"]
     assert current["text"] == defaults["ext4_audit_fail_on"] and current["value"] == choices[current["text"]]
+
+
+# ------------------------------------------------------------------ a real Prometheus on a real report
+@pytest.fixture
+def prometheus_server(report_text, tmp_path):
+    """Debian's prometheus scraping the report every second (as node_exporter would serve it, at
+    /metrics of a local HTTP server) and evaluating the rules; yields a query function."""
+    server = shutil.which("prometheus")
+    if server is None:
+        pytest.skip("prometheus is missing: `make test-deps` installs Debian's prometheus package")
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "metrics").write_text(report_text, encoding="utf-8")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    exporter = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=exporter.serve_forever, daemon=True).start()
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [RULES],
+        "scrape_configs": [{"job_name": "node", "static_configs": [
+            {"targets": ["127.0.0.1:%d" % exporter.server_address[1]]}]}]}))
+    address = "127.0.0.1:%d" % free_port()
+    log = open(str(tmp_path / "prometheus.log"), "wb")
+    process = subprocess.Popen([server, "--config.file=%s" % (tmp_path / "prometheus.yml"),
+                                "--storage.tsdb.path=%s" % (tmp_path / "data"), "--web.listen-address=" + address],
+                               stdout=log, stderr=subprocess.STDOUT)
+
+    def api(path, **params):
+        url = "http://%s/api/v1/%s?%s" % (address, path, urllib.parse.urlencode(params))
+        with urllib.request.urlopen(url, timeout=10) as response:
+            body = json.load(response)
+        assert body["status"] == "success", body
+        return body["data"]
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # until a scrape has landed and the rules were evaluated after it
+            try:
+                if api("query", query="ext4audit_verdict")["result"] and all(
+                        not rule["lastEvaluation"].startswith("0001-")  # Go's zero time: not yet
+                        for group in api("rules")["groups"] for rule in group["rules"]):
+                    break
+            except OSError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, open(str(tmp_path / "prometheus.log")).read()
+            time.sleep(0.5)
+        time.sleep(1.5)  # one more evaluation, now that the scrape is in
+        yield api
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
+        exporter.shutdown()
+        exporter.server_close()
+
+
+def test_a_real_prometheus_answers_the_dashboard_and_evaluates_the_rules(prometheus_server):
+    """Every dashboard query (Grafana's variables at their defaults: all hosts, fail_on high) has an
+    answer from the real report, and Prometheus evaluates every rule on it without an error."""
+    dashboard = load_dashboard()
+    values = {v["name"]: v.get("allValue") if v.get("includeAll") else v["current"].get("value")
+              for v in dashboard["templating"]["list"] if v["type"] != "datasource"}
+    for where, expr, _ in dashboard_queries(dashboard):
+        query = re.sub(r"\$(\w+)", lambda match: values[match.group(1)], expr)
+        assert prometheus_server("query", query=query)["result"], "%s: no data for %s" % (where, query)
+    rules = [rule for group in prometheus_server("rules")["groups"] for rule in group["rules"]]
+    assert sorted(rule["name"] for rule in rules) == sorted(where.split()[1] for where, _, _ in rule_queries())
+    assert [(rule["name"], rule["health"], rule.get("lastError")) for rule in rules if rule["health"] != "ok"] == []
+    # The report's verdict is incomplete (an unreachable host) and it is fresh: nothing fires yet
+    # (a host's for: 1d has not passed, nothing is new without a day to compare with).
+    assert [(rule["name"], rule["state"]) for rule in rules if rule["state"] == "firing"] == []
+    pending = [(alert["state"], alert["labels"]) for rule in rules for alert in rule["alerts"]]
+    assert [(state, dict(labels, instance=None)) for state, labels in pending] == [
+        ("pending", {"alertname": "Ext4AuditHostNotAudited", "host": "gone-3", "instance": None, "job": "node",
+                     "severity": "warning"})]
