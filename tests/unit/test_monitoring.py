@@ -164,7 +164,8 @@ def dashboard_queries(dashboard):
             for panel in panels(dashboard) for target in panel.get("targets", [])]
     for variable in dashboard["templating"]["list"]:
         if variable["type"] == "query":
-            match = LABEL_VALUES.match(variable["definition"])
+            assert variable["query"] == variable["definition"], variable["name"]  # the query as text: any Grafana reads it
+            match = LABEL_VALUES.match(variable["query"])
             assert match, "variable %s: not a label_values(selector, label) query" % variable["name"]
             uses.append(("variable %s" % variable["name"], match.group(1), {match.group(2)}))
     return uses
