@@ -63,9 +63,11 @@ lint-deps: setup
 
 # Debian packages only the tests use, installed when one of their commands is missing (a new
 # package goes in the first list, a command it installs in the second). chromium, chromium-driver:
-# the HTML report opened in a real browser.
-TEST_APT_PACKAGES := chromium chromium-driver
-TEST_APT_COMMANDS := /usr/bin/chromium /usr/bin/chromedriver
+# the HTML report opened in a real browser. prometheus: its promtool checks and unit-tests
+# monitoring/prometheus/ (Debian ships promtool only in the server's package; where systemd runs,
+# installing it also starts a Prometheus on :9090).
+TEST_APT_PACKAGES := chromium chromium-driver prometheus
+TEST_APT_COMMANDS := /usr/bin/chromium /usr/bin/chromedriver /usr/bin/promtool
 test-deps: lint-deps
 	@for c in $(TEST_APT_COMMANDS); do command -v $$c >/dev/null || missing=1; done; \
 	if [ -n "$$missing" ]; then echo "installing $(TEST_APT_PACKAGES)"; apt-get update -q && \

@@ -1,7 +1,8 @@
 """ext4audit.prom: the run in the Prometheus text format, for node_exporter's textfile collector.
 
 Copy or link it into the collector's folder (--collector.textfile.directory); node_exporter
-then serves these gauges (names and labels are a contract for dashboards and alerts):
+then serves these gauges (names and labels are a contract for dashboards and alerts: monitoring/
+has ours, and tests/unit/test_monitoring.py checks them against what this module writes):
 
   ext4audit_findings{host,rule,severity}          unwaived findings (one per filesystem; host rules: one)
   ext4audit_waived_findings{host,rule,severity}   waived findings
