@@ -8,7 +8,7 @@ APT_PACKAGES := e2fsprogs util-linux openssh-server sshfs
 APT_COMMANDS := dumpe2fs debugfs losetup /usr/sbin/sshd sshfs
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: setup deps vm-deps lint-deps test-deps cloud-deps audit test lint rules clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate
+.PHONY: setup deps vm-deps lint-deps test-deps cloud-deps audit test lint rules clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate e2fsprogs-corpus
 setup: deps $(VENV)/.installed
 
 # Debian packages the audit and the tests use; installed only when a tool is missing.
@@ -117,6 +117,14 @@ vm-kernel-gate: setup vm-deps
 	$(VENV)/bin/ansible-playbook playbooks/testhosts/vm_up.yml -e @testhosts/vm/kernels.yml -e vm_run_dir=$(KERNEL_GATE_VMS) && \
 	  $(VENV)/bin/ansible-playbook -i $(KERNEL_GATE_VMS)/inventory playbooks/kernel_gate.yml -e @testhosts/vm/kernels.yml $(KERNEL_GATE_ARGS); \
 	rc=$$?; $(VENV)/bin/ansible-playbook playbooks/testhosts/vm_down.yml -e vm_run_dir=$(KERNEL_GATE_VMS) || rc=1; exit $$rc
+
+# e2fsprogs' own test images (tests/*/image{,.gz,.bz2}: the corpus its e2fsck is held to) for
+# tests/integration/test_e2fsprogs_corpus.py, into .cache/e2fsprogs/tests (where the test looks unless
+# EXT4AUDIT_E2FSPROGS_TESTS says otherwise), with the commit in .cache/e2fsprogs/COMMIT.
+# E2FSPROGS_GIT: a git directory of https://github.com/tytso/e2fsprogs (a clone's .git or a bare mirror).
+e2fsprogs-corpus:
+	@test -n "$(E2FSPROGS_GIT)" || { echo "give E2FSPROGS_GIT=<a git directory of https://github.com/tytso/e2fsprogs>"; exit 2; }
+	$(PYTHON) tests/extract_e2fsprogs_corpus.py "$(E2FSPROGS_GIT)" .cache/e2fsprogs
 
 rules: setup
 	$(VENV)/bin/python -m ext4audit rules

@@ -144,6 +144,8 @@ QCOW2_MAGIC = b"QFI\xfb"
 # E2FSCK_CONFIG: the controller's /etc/e2fsck.conf (logging, fix-up policies) has no say in the check
 ENV = {"LC_ALL": "C", "LANG": "C", "E2FSCK_CONFIG": "/dev/null"}
 BANNER = re.compile(r"^(debugfs|dumpe2fs|e2fsck) \d+\.\d+")
+FSCK_EXIT_BITS = ((1, "errors corrected"), (2, "reboot needed"), (4, "errors left uncorrected"),
+                  (8, "operational error"), (16, "usage error"), (32, "cancelled"), (128, "shared library error"))
 FSCK_PROGRESS = re.compile(r"^(Pass \d[A-Z]?: |.*: \d+/\d+ files )")  # e2fsck's lines that say nothing is wrong
 KIB, MIB = 1024, 1024 * 1024
 # How much of each thing read out of an image is read at most; over the cap is an error.
@@ -524,9 +526,9 @@ class ImageReader:
                 if exit_code != 0:
                     said = [line.strip() for line in (err + "\n" + out.decode("utf-8", "replace")).splitlines()
                             if line.strip() and not BANNER.match(line) and not FSCK_PROGRESS.match(line)]
+                    meaning = ", ".join(text for bit, text in FSCK_EXIT_BITS if exit_code & bit) or "unknown"
                     problems.append("e2fsck -fn exited %d (%s): %s" % (
-                        exit_code, "errors left uncorrected" if exit_code == 4 else "could not check it",
-                        " / ".join(line[:200] for line in said[:6]) or "no message"))
+                        exit_code, meaning, " / ".join(line[:200] for line in said[:6]) or "no message"))
         self.fscks[part["start"]] = {"clean": not problems, "exit_code": exit_code, "problems": problems}
         return self.fscks[part["start"]]
 
