@@ -9,7 +9,7 @@ own) calls damaged is failed for that reason, by IMAGE_FS_NOT_CLEAN, or is not a
 (verdict incomplete): not merely because a corpus image has no kernel (IMAGE_NO_KERNEL).
 
 The whole corpus (230 images, `make e2fsprogs-corpus E2FSPROGS_GIT=<git dir of tytso/e2fsprogs>`,
-or EXT4AUDIT_E2FSPROGS_TESTS=<its tests folder>) is skipped only when it is absent; five of its
+or EXT4AUDIT_E2FSPROGS_TESTS=<its tests folder>) is skipped only when it is absent; six of its
 images are kept in tests/fixtures/e2fsprogs (README there) so that CI always runs some."""
 
 import bz2
@@ -33,10 +33,10 @@ pytestmark = pytest.mark.skipif(not os.path.exists(E2FSCK), reason="needs e2fspr
 
 CORPUS = os.environ.get("EXT4AUDIT_E2FSPROGS_TESTS") or os.path.join(ROOT, ".cache", "e2fsprogs", "tests")
 KEPT = os.path.join(FIXTURES, "e2fsprogs")
-# e2fsck -fn 1.47.0 never ends on f_illitable_flexbg (it relocates an inode table, cannot write it,
-# and starts again): a real hang that the module's scan_timeout ends, set low here as the corpus's
-# filesystems are at most 32 MiB and take e2fsck well under a second.
-FSCK_S = 20
+# e2fsck -fn 1.47.0 never ends on f_misstable and f_illitable_flexbg (it relocates an inode table,
+# cannot write it, and tries again): real hangs that the module's scan_timeout ends, set low here as
+# the corpus's filesystems are at most 32 MiB and take e2fsck well under a second.
+FSCK_S = 10
 HANG_S = 120  # one image's whole check
 OPENERS = {".gz": gzip.open, ".bz2": bz2.open, "": open}
 
@@ -161,10 +161,11 @@ def assert_judged(outcomes):
 
 
 def test_kept_corpus_images(tmp_path):
-    """The five images kept as fixtures: three that e2fsck -fn calls damaged, one whose journal needs
-    recovery (e2fsck -n does not replay it, and passes it), and one that is clean."""
+    """The six images kept as fixtures: three that e2fsck -fn calls damaged, one on which it never ends,
+    one whose journal needs recovery (e2fsck -n does not replay it, and passes it), and one that is clean."""
     outcomes = dict((o["name"], o) for o in check_all(kept_images(), str(tmp_path)))
-    assert sorted(outcomes) == ["f_badroot", "f_dup_de", "f_holedir", "f_okgroup", "j_recover_csum2_64bit"]
+    assert sorted(outcomes) == ["f_badroot", "f_dup_de", "f_holedir", "f_misstable", "f_okgroup",
+                                "j_recover_csum2_64bit"]
     assert_judged(list(outcomes.values()))
     for name, rc in (("f_badroot", 12), ("f_dup_de", 4), ("f_holedir", 4)):
         assert outcomes[name]["e2fsck_rc"] == rc and "IMAGE_FS_NOT_CLEAN" in outcomes[name]["rules"], outcomes[name]
@@ -174,6 +175,10 @@ def test_kept_corpus_images(tmp_path):
     assert journal["fsck"] == [{"clean": False, "exit_code": 0, "problems": [
         "the journal needs recovery: the filesystem was not unmounted cleanly"]}]
     assert "IMAGE_FSTAB_UNRESOLVED" in outcomes["f_dup_de"]["rules"]
+    endless = outcomes["f_misstable"]
+    assert endless["e2fsck_rc"] is None and "IMAGE_FS_NOT_CLEAN" in endless["rules"], endless
+    assert endless["fsck"][0]["exit_code"] is None and endless["seconds"] < FSCK_S + 10
+    assert "e2fsck -fn: e2fsck did not finish in %d s: killed" % FSCK_S in endless["fsck"][0]["problems"]
     clean = outcomes["f_okgroup"]
     assert clean["e2fsck_rc"] == 0 and clean["fsck"] == [{"clean": True, "exit_code": 0, "problems": []}]
     assert [rule for rule in clean["rules"] if rule.startswith("IMAGE_")] == ["IMAGE_NO_KERNEL"]  # no kernel, only
