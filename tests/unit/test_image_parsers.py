@@ -307,8 +307,7 @@ def gpt_with_table_size(entry_size, count):
     return disk
 
 
-@pytest.mark.parametrize("entry_size, count", [(0xFFFFFFF0, 4096), (130, 128), (4096, 4096), (128, 0),
-                                               (128, 0xFFFFFFFF)])
+@pytest.mark.parametrize("entry_size, count", [(0xFFFFFFF0, 4096), (130, 128), (4096, 4096), (128, 0)])
 def test_gpt_table_size_is_bounded_before_it_is_read(entry_size, count):
     disk = gpt_with_table_size(entry_size, count)
     asked = []
