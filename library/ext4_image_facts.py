@@ -526,7 +526,8 @@ class ImageReader:
                 if exit_code != 0:
                     said = [line.strip() for line in (err + "\n" + out.decode("utf-8", "replace")).splitlines()
                             if line.strip() and not BANNER.match(line) and not FSCK_PROGRESS.match(line)]
-                    meaning = ", ".join(text for bit, text in FSCK_EXIT_BITS if exit_code & bit) or "unknown"
+                    meaning = ("killed by signal %d" % -exit_code if exit_code < 0 else
+                               ", ".join(text for bit, text in FSCK_EXIT_BITS if exit_code & bit) or "unknown")
                     problems.append("e2fsck -fn exited %d (%s): %s" % (
                         exit_code, meaning, " / ".join(line[:200] for line in said[:6]) or "no message"))
         self.fscks[part["start"]] = {"clean": not problems, "exit_code": exit_code, "problems": problems}
