@@ -122,7 +122,7 @@ def check_image(name, source, work, catalog):
     report = fleet.build_host_report(fleet.read_record(record_path), catalog, [], "corpus", now)
     outcome.update(verdict=reports.verdict([report], "high", True)[0], status=report["status"],
                    rules=sorted(set(f["rule"] for f in report["findings"])), errors=len(facts["errors"]),
-                   fsck=[fs["fsck"] for fs in facts["filesystems"]])
+                   fsck=[fs.get("fsck") for fs in facts["filesystems"]])
     return outcome
 
 
