@@ -8,7 +8,7 @@ APT_PACKAGES := e2fsprogs util-linux openssh-server sshfs
 APT_COMMANDS := dumpe2fs debugfs losetup /usr/sbin/sshd sshfs
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: setup deps vm-deps lint-deps test-deps cloud-deps audit test lint rules clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records
+.PHONY: setup deps vm-deps lint-deps test-deps cloud-deps audit test lint rules clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records e2fsprogs-corpus
 setup: deps $(VENV)/.installed
 
 # Debian packages the audit and the tests use; installed only when a tool is missing.
@@ -128,6 +128,14 @@ vm-kernel-gate: setup vm-deps
 kernel-records:
 	@test -n "$(CNA)" || { echo "usage: make kernel-records CNA=<vulns work tree or git dir> [CNA_REV=master] [CNA_REPO=url]"; exit 2; }
 	$(PYTHON) tools/kernel_records.py "$(CNA)" $(if $(CNA_REV),--rev "$(CNA_REV)") $(if $(CNA_REPO),--repository "$(CNA_REPO)")
+
+# e2fsprogs' own test images (tests/*/image{,.gz,.bz2}: the corpus its e2fsck is held to) for
+# tests/integration/test_e2fsprogs_corpus.py, into .cache/e2fsprogs/tests (where the test looks unless
+# EXT4AUDIT_E2FSPROGS_TESTS says otherwise), with the commit in .cache/e2fsprogs/COMMIT.
+# E2FSPROGS_GIT: a git directory of https://github.com/tytso/e2fsprogs (a clone's .git or a bare mirror).
+e2fsprogs-corpus:
+	@test -n "$(E2FSPROGS_GIT)" || { echo "give E2FSPROGS_GIT=<a git directory of https://github.com/tytso/e2fsprogs>"; exit 2; }
+	$(PYTHON) tests/extract_e2fsprogs_corpus.py "$(E2FSPROGS_GIT)" .cache/e2fsprogs
 
 rules: setup
 	$(VENV)/bin/python -m ext4audit rules

@@ -62,9 +62,11 @@ def filesystem_context(fs, facts, option_maps=None):
 
 
 def host_context(facts):
+    unresolved = (facts.get("image") or {}).get("fstab_unresolved")  # a disk image's (ext4_image_facts)
     return {"kernel": facts.get("kernel") or {},
             "host": {"ext4_count": len(facts.get("filesystems") or []),
-                     "netfs_count": len(facts.get("netfs") or [])}}
+                     "netfs_count": len(facts.get("netfs") or []),
+                     "fstab_unresolved_count": None if unresolved is None else len(unresolved)}}
 
 
 class _Plan:
@@ -219,6 +221,7 @@ class _Fields(dict):
         self.derived = context.get("derived") or {}
         self.opt = context.get("opt") or {}
         self.kernel = facts.get("kernel") or {}
+        self.image = facts.get("image") or {}
 
     def __missing__(self, name):
         value = _FIELDS[name](self)  # an unknown name is a KeyError, as str.format(**fields) gave
@@ -252,6 +255,10 @@ _FIELDS = {
     "drift": lambda f: ", ".join("%s (in effect: %s)" % (d["option"], "absent" if d["effective"] is None
                                                           else d["effective"]) for d in f.fs.get("fstab_drift") or []),
     "baked": _baked,
+    "fsck_problems": lambda f: "; ".join((f.fs.get("fsck") or {}).get("problems") or []),
+    "fstab_unresolved": lambda f: "; ".join("line %s: %s (%s)" % (e["line"], e["spec"], e["mountpoint"])
+                                            for e in f.image.get("fstab_unresolved") or []),
+    "kernel_notes": lambda f: "; ".join(f.kernel.get("notes") or []),
 }
 
 

@@ -19,6 +19,13 @@ description:
     PARTLABEL=, device name or partition number), C(/etc/os-release) and the kernels in C(/boot)
     (a separate C(/boot) partition or a folder of root). Each kernel's release and version string
     come from its bzImage setup header, so the kernel rules work offline.
+  - Every filesystem the image mounts is checked with C(e2fsck -fn) (read-only: it opens the image
+    read-only and answers no to every repair) and its superblock's state, error count and journal
+    recovery flag; the result is the filesystem's C(fsck) entry. fstab entries the boot needs that match
+    no filesystem of the image are listed in C(image.fstab_unresolved).
+  - Every read is bounded: files are read only up to a size cap (os-release 64 KiB, fstab and
+    grub.cfg 1 MiB, a kernel's first 64 KiB), every command's output is capped and every command
+    is killed after its timeout; what goes over becomes an entry in C(errors).
   - The effective mount options are inferred from the kernel defaults, the superblock and the fstab
     options (C(options_source=inferred)), as M(ext4_facts) does on kernels without
     C(/proc/fs/ext4/<dev>/options).
@@ -51,6 +58,16 @@ options:
   tmp_dir:
     description: Folder for the temporary raw copy of a qcow2 image (default, the system's).
     type: path
+  timeout:
+    description: Seconds each command that reads part of the image (dumpe2fs, debugfs, qemu-img info)
+      may run before it is killed.
+    type: int
+    default: 60
+  scan_timeout:
+    description: Seconds each command that reads a whole filesystem or image (e2fsck -fn, qemu-img
+      convert) may run before it is killed; a filesystem whose check did not finish is not clean.
+    type: int
+    default: 900
 attributes:
   check_mode:
     support: full
@@ -87,7 +104,8 @@ ext4_image_facts:
       description: The boot kernel as ext4_facts describes a running one (null when none was found).
       type: dict
     filesystems:
-      description: The ext2/3/4 filesystems the image mounts (root and its fstab entries), with uuid, label and partition.
+      description: The ext2/3/4 filesystems the image mounts (root and its fstab entries), with uuid, label,
+        partition and fsck (clean, exit_code of e2fsck -fn or null, problems).
       type: list
     netfs:
       description: Network filesystems in the image's fstab.
@@ -97,15 +115,21 @@ ext4_image_facts:
       type: list
     image:
       description: path, format, size, partition_table, disk_id, partitions, root, os_release, kernels,
-        boot_kernel (release and why), boot_files (kernel, initrd, root, release; null unless extracted).
+        boot_kernel (release and why), boot_files (kernel, initrd, root, release; null unless extracted),
+        fstab_unresolved (line, spec, mountpoint, fstype of each fstab entry the boot needs that matches
+        no filesystem of the image; null when the root filesystem has no fstab).
       type: dict
 """
 
 import os
 import re
+import selectors
 import shutil
+import signal
 import stat
+import subprocess
 import tempfile
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.ext4_parsers import (
@@ -117,9 +141,23 @@ from ansible.module_utils.ext4_parsers import (
 from ansible.module_utils.kernel_version import identify
 
 QCOW2_MAGIC = b"QFI\xfb"
-ENV = {"LC_ALL": "C", "LANG": "C"}
-BANNER = re.compile(r"^(debugfs|dumpe2fs) \d+\.\d+")
-BZIMAGE_HEAD = 64 * 1024  # the setup header and the version string it points at sit in the first sectors
+# E2FSCK_CONFIG: the controller's /etc/e2fsck.conf (logging, fix-up policies) has no say in the check
+ENV = {"LC_ALL": "C", "LANG": "C", "E2FSCK_CONFIG": "/dev/null"}
+BANNER = re.compile(r"^(debugfs|dumpe2fs|e2fsck) \d+\.\d+")
+FSCK_EXIT_BITS = ((1, "errors corrected"), (2, "reboot needed"), (4, "errors left uncorrected"),
+                  (8, "operational error"), (16, "usage error"), (32, "cancelled"), (128, "shared library error"))
+FSCK_PROGRESS = re.compile(r"^(Pass \d[A-Z]?: |.*: \d+/\d+ files )")  # e2fsck's lines that say nothing is wrong
+KIB, MIB = 1024, 1024 * 1024
+# How much of each thing read out of an image is read at most; over the cap is an error.
+OS_RELEASE_CAP = 64 * KIB
+FSTAB_CAP = MIB
+TEXT_CAP = MIB  # grub.cfg, dumpe2fs -h, debugfs stat, qemu-img info
+LISTING_CAP = 4 * MIB  # debugfs ls -p of /etc or /boot: some 50,000 entries
+LINK_CAP = 4096  # PATH_MAX: the longest symlink target Linux follows
+BOOT_FILE_CAP = 1024 * MIB  # a kernel or initrd extracted to boot the image
+STDERR_KEPT = 64 * KIB
+FSCK_KEPT = 64 * KIB  # of e2fsck's output, the rest read and thrown away
+BZIMAGE_HEAD = 64 * KIB  # the setup header and the version string it points at sit in the first sectors
 
 
 class ImageError(Exception):
@@ -135,6 +173,7 @@ class ImageReader:
         self.errors = []
         self.raw = None
         self.listings = {}
+        self.fscks = {}
         self.tools = {}
         self.mounts = []
 
@@ -149,25 +188,69 @@ class ImageReader:
             self.tools[name] = path
         return self.tools[name]
 
-    # ---------------------------------------------------------------- e2fsprogs
-    def e2fs(self, name, args, part, binary=False):
-        """Run dumpe2fs or debugfs on the filesystem at a partition's offset. e2fsprogs' unix I/O
-        manager reads 'file?offset=N'; debugfs opens read-only without -w and exits 0 on failed
-        requests, so anything on stderr but its banner is the error."""
-        target = self.raw if not part["start"] else "%s?offset=%d" % (self.raw, part["start"])
-        # expand_user_and_vars=False: a '$' or '~' in a path or request is data, never expanded
-        rc, out, err = self.module.run_command([self.tool(name)] + args + [target], environ_update=ENV,
-                                               encoding=None if binary else "utf-8",
-                                               errors="surrogate_then_replace", expand_user_and_vars=False)
-        if isinstance(err, bytes):
-            err = err.decode("utf-8", "replace")
+    # ---------------------------------------------------------------- commands
+    def run(self, argv, limit, timeout, drain=False):
+        """Run argv (a list, never a shell) for at most `timeout` seconds, keeping at most `limit`
+        bytes of its output. Returns (rc, out, err, over): over is True when it printed more; it is
+        then killed (rc None) unless drain, which reads the rest and throws it away to learn its exit
+        code. A command still running at its timeout is killed and raises ImageError."""
+        env = dict(os.environ, **ENV)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=env, start_new_session=True)  # its own group: killed with any child
+        kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
+        room = {proc.stdout: limit, proc.stderr: STDERR_KEPT}
+        over, deadline = False, time.monotonic() + timeout
+        try:
+            with selectors.DefaultSelector() as selector:
+                for pipe in kept:
+                    selector.register(pipe, selectors.EVENT_READ)
+                while selector.get_map() and not (over and not drain):
+                    ready = selector.select(deadline - time.monotonic())
+                    if not ready:
+                        raise ImageError("%s did not finish in %d s: killed" % (os.path.basename(argv[0]), timeout))
+                    for key, _ in ready:
+                        data = os.read(key.fd, 65536)
+                        if not data:
+                            selector.unregister(key.fileobj)
+                            continue
+                        space = room[key.fileobj] - len(kept[key.fileobj])
+                        kept[key.fileobj] += data[:max(space, 0)]
+                        over = over or (key.fileobj is proc.stdout and len(data) > space)
+            if over and not drain:
+                return None, bytes(kept[proc.stdout]), kept[proc.stderr].decode("utf-8", "replace"), True
+            try:
+                rc = proc.wait(max(deadline - time.monotonic(), 0))
+            except subprocess.TimeoutExpired:
+                raise ImageError("%s did not finish in %d s: killed" % (os.path.basename(argv[0]), timeout))
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+        return rc, bytes(kept[proc.stdout]), kept[proc.stderr].decode("utf-8", "replace"), over
+
+    def e2fs(self, name, args, part, limit, head=False):
+        """Run dumpe2fs or debugfs on the filesystem at a partition's offset; its output as bytes, at
+        most `limit` of them (head: the first `limit` bytes are wanted and the rest is not read;
+        otherwise more is an error). e2fsprogs' unix I/O manager reads 'file?offset=N'; debugfs
+        opens read-only without -w and exits 0 on failed requests, so anything on stderr but its
+        banner is the error."""
+        rc, out, err, over = self.run([self.tool(name)] + args + [self.target(part)], limit, self.params["timeout"])
+        if over:
+            if head:
+                return out
+            raise ImageError("%s %s printed more than %d bytes: over the cap" % (name, " ".join(args), limit))
         problems = [line for line in err.splitlines() if line.strip() and not BANNER.match(line)]
         if rc != 0 or problems:
             raise ImageError("%s failed (rc=%d): %s" % (name, rc, " ".join(problems)[:300] or "no message"))
         return out
 
-    def debugfs(self, part, request, binary=False):
-        return self.e2fs("debugfs", ["-R", request], part, binary)
+    def target(self, part):
+        return self.raw if not part["start"] else "%s?offset=%d" % (self.raw, part["start"])
+
+    def debugfs(self, part, request, limit=TEXT_CAP, head=False):
+        return self.e2fs("debugfs", ["-R", request], part, limit, head)
 
     # ------------------------------------------------------------ the whole image
     def collect(self):
@@ -175,7 +258,7 @@ class ImageReader:
                  "errors": self.errors,
                  "image": {"path": self.params["image"], "format": None, "size": None, "partition_table": None,
                            "disk_id": None, "partitions": [], "root": None, "os_release": None, "kernels": [],
-                           "boot_kernel": None, "boot_files": None}}
+                           "boot_kernel": None, "boot_files": None, "fstab_unresolved": None}}
         workdir = None
         try:
             path = os.path.abspath(self.params["image"])
@@ -198,7 +281,9 @@ class ImageReader:
         if facts["kernel"] is None:  # the schema has a kernel object: one whose versions are unknown
             os_release = facts["image"]["os_release"] or {}
             facts["kernel"] = {"release": None, "vendor": None, "upstream": None, "vendor_version": None,
-                               "backports": False, "notes": ["no kernel could be read from the image"],
+                               "backports": False,
+                               "notes": [e["reason"] for e in self.errors if e["where"] == "kernel"]
+                               or ["no kernel could be read from the image"],
                                "proc_version": None, "version_signature": None,
                                "os_release": self.os_release_subset(os_release), "page_size": 4096, "source": "image"}
         return facts
@@ -229,14 +314,17 @@ class ImageReader:
     def qcow2_to_raw(self, path, workdir):
         """A sparse raw copy of a qcow2 image, after checking it reads no other file."""
         qemu_img = self.tool("qemu-img")
-        rc, out, err = self.module.run_command([qemu_img, "info", "-f", "qcow2", "--output=json", path],
-                                               environ_update=ENV, expand_user_and_vars=False)
-        if rc != 0:
-            raise ImageError("qemu-img info failed (rc=%d): %s" % (rc, err.strip()[:300]))
+        rc, out, err, over = self.run([qemu_img, "info", "-f", "qcow2", "--output=json", path], TEXT_CAP,
+                                      self.params["timeout"])
+        if over or rc != 0:
+            raise ImageError("qemu-img info failed (%s): %s" % ("over %d bytes of output" % TEXT_CAP if over
+                                                                else "rc=%d" % rc, err.strip()[:300]))
         try:
-            info = self.module.from_json(out)
+            info = self.module.from_json(out.decode("utf-8", "replace"))
         except ValueError:
             raise ImageError("qemu-img info printed no JSON: %r" % out[:200])
+        if not isinstance(info, dict):
+            raise ImageError("qemu-img info printed JSON that is not an object: %r" % out[:200])
         data_file = ((info.get("format-specific") or {}).get("data") or {}).get("data-file")
         if info.get("backing-filename") or info.get("full-backing-filename") or data_file:
             raise ImageError("qcow2 image refers to another file (%s): refused, it would be read too; "
@@ -248,8 +336,8 @@ class ImageReader:
             raise ImageError("%s has %d MiB free, the raw copy of this image needs about %d MiB"
                              % (workdir, vfs.f_bavail * vfs.f_frsize // 1048576, needed // 1048576))
         raw = os.path.join(workdir, "image.raw")
-        rc, out, err = self.module.run_command([qemu_img, "convert", "-f", "qcow2", "-O", "raw", path, raw],
-                                               environ_update=ENV, expand_user_and_vars=False)
+        rc, out, err, _ = self.run([qemu_img, "convert", "-f", "qcow2", "-O", "raw", path, raw], TEXT_CAP,
+                                   self.params["scan_timeout"], drain=True)
         if rc != 0:
             raise ImageError("qemu-img convert failed (rc=%d): %s" % (rc, err.strip()[:300]))
         return raw
@@ -269,11 +357,11 @@ class ImageReader:
         image.update(partition_table=table["table"], disk_id=table["disk_id"], partitions=table["partitions"])
         for part in table["partitions"]:
             part["fs"] = self.superblock(part)
-        root = self.find_root(table["partitions"])
+        root, fstab_text = self.find_root(table["partitions"])
         if root is None:
             return
         image["root"] = {"partition": root["number"], "uuid": root["fs"]["uuid"], "label": root["fs"]["label"]}
-        mounts = self.fstab(root, table, facts)
+        mounts = self.fstab(root, fstab_text, table, facts)
         self.mounts = sorted(mounts.items(), key=lambda item: -len(item[0]))  # longest mount point first
         for mountpoint, (part, entry) in sorted(mounts.items()):
             facts["filesystems"].append(self.filesystem(mountpoint, part, entry))
@@ -291,7 +379,7 @@ class ImageReader:
         if not has_ext_magic(self.read(part["start"], 2048)):
             return None
         try:
-            text = self.e2fs("dumpe2fs", ["-h"], part)
+            text = self.e2fs("dumpe2fs", ["-h"], part, TEXT_CAP).decode("utf-8", "replace")
             sb = parse_dumpe2fs(text)
         except (ImageError, ParseError) as exc:
             self.error(where, "dumpe2fs -h: %s" % exc)
@@ -305,33 +393,45 @@ class ImageReader:
         return "partition %d" % part["number"] if part["number"] is not None else "filesystem"
 
     def find_root(self, partitions):
-        """The ext filesystem holding /etc/fstab whose fstab mounts it at / (else the first that has one)."""
+        """(root, its /etc/fstab's text): the ext filesystem holding /etc/fstab whose fstab mounts it
+        at / (else the first that has one, else the only ext filesystem, without fstab); (None, None)
+        when there is none."""
         candidates = []
         for part in partitions:
             if part["fs"] is None:
                 continue
-            try:
-                names = [entry["name"] for entry in self.listing(part, "/etc")]
-            except ImageError:
-                names = []
-            if "fstab" in names:
-                candidates.append(part)
-        for part in candidates:
-            text = self.cat(part, "/etc/fstab")
-            entries, _ = parse_fstab(text or "")
+            text = self.own_fstab(part)
+            if text is not None:
+                candidates.append((part, text))
+        for part, text in candidates:
+            entries, _ = parse_fstab(text)
             for entry in entries:
                 if entry["mountpoint"] == "/" and self.match(entry["spec"], [part], None) is part:
-                    return part
+                    return part, text
         if candidates:
             return candidates[0]
         ext = [part for part in partitions if part["fs"] is not None]
         if len(ext) == 1:
-            self.error(self.where(ext[0]), "no /etc/fstab: taken as the root filesystem, the only ext2/3/4 one")
-            return ext[0]
+            self.error(self.where(ext[0]), "no readable /etc/fstab: taken as the root filesystem, the only ext2/3/4 one")
+            return ext[0], None
         self.error("image", "no root filesystem: none of the %d ext2/3/4 filesystem(s) has /etc/fstab" % len(ext)
                    if ext else "no ext2/3/4 filesystem in the image (partitions: %s)"
                    % (", ".join("%s %s" % (p["number"], p["type_name"] or p["type"]) for p in partitions) or "none"))
-        return None
+        return None, None
+
+    def own_fstab(self, part):
+        """The text of a filesystem's own /etc/fstab (read as if it were the root), or None."""
+        try:
+            found = [entry for entry in self.listing(part, "/etc") if entry["name"] == "fstab"]
+        except ImageError:
+            return None  # no /etc: not a root filesystem
+        if not found:
+            return None
+        try:
+            return self.cat(part, "/etc/fstab", found[0], FSTAB_CAP).decode("utf-8", "replace")
+        except ImageError as exc:
+            self.error("fstab", "/etc/fstab of %s: %s" % (self.where(part), exc))
+            return None
 
     def match(self, spec, partitions, root):
         """The partition an fstab source names, or None."""
@@ -346,12 +446,13 @@ class ImageReader:
                 return part
         return root if kind == "root" else None
 
-    def fstab(self, root, table, facts):
-        """Mount points -> (partition, fstab entry) for the ext filesystems the image mounts."""
+    def fstab(self, root, text, table, facts):
+        """Mount points -> (partition, fstab entry) for the ext filesystems the image mounts; the
+        entries the boot needs that match none go to image.fstab_unresolved."""
         mounts = {"/": (root, None)}
-        text = self.cat(root, "/etc/fstab", where="fstab")
         if text is None:
             return mounts
+        unresolved = facts["image"]["fstab_unresolved"] = []
         entries, problems = parse_fstab(text)
         for problem in problems:
             self.error("fstab", problem)
@@ -364,8 +465,12 @@ class ImageReader:
                 continue
             part = self.match(entry["spec"], table["partitions"], root)
             if part is None or part["fs"] is None:
-                self.error("fstab", "line %d: %s (%s) matches no ext2/3/4 filesystem in the image"
-                           % (entry["line"], entry["spec"], entry["mountpoint"]))
+                optional = "nofail" in entry["options"] or "noauto" in entry["options"]
+                self.error("fstab", "line %d: %s (%s) matches no ext2/3/4 filesystem in the image%s"
+                           % (entry["line"], entry["spec"], entry["mountpoint"],
+                              " (nofail or noauto: the boot does not need it)" if optional else ""))
+                if not optional:
+                    unresolved.append(dict((key, entry[key]) for key in ("line", "spec", "mountpoint", "fstype")))
                 continue
             mounts[entry["mountpoint"]] = (part, entry)
         return mounts
@@ -384,6 +489,7 @@ class ImageReader:
             "options": infer_options(fs["superblock"], tokens), "options_source": "inferred",
             "fstab": None, "fstab_drift": [],
             "uuid": fs["uuid"], "label": fs["label"], "partition": part["number"],
+            "fsck": self.fsck(part),
         }
         if entry:
             result["fstab"] = {"spec": entry["spec"], "fstype": entry["fstype"], "options": entry["options"],
@@ -392,24 +498,62 @@ class ImageReader:
             result["fstab_drift"] = fstab_drift(options, option_map(result["options"]), set(options) | set(tokens))
         return result
 
+    def fsck(self, part):
+        """Whether a filesystem is consistent and was unmounted cleanly: {clean, exit_code (of e2fsck
+        -fn, None when it did not run to the end), problems}. e2fsck -n opens the image read-only and
+        answers no to every repair, so it runs on the image itself: nothing is written (no copy is
+        needed) and the journal is not replayed. It passes a filesystem whose superblock says it
+        is not clean or records errors, so those are read from the superblock."""
+        if part["start"] in self.fscks:
+            return self.fscks[part["start"]]
+        sb = part["fs"]["superblock"]
+        problems, exit_code = [], None
+        if sb["state"] != "clean":
+            problems.append("the superblock's state is %r" % sb["state"])
+        if sb["error_count"]:
+            problems.append("the superblock records %d filesystem error(s)" % sb["error_count"])
+        if "needs_recovery" in sb["features"]:
+            problems.append("the journal needs recovery: the filesystem was not unmounted cleanly")
+        if sb["journal_device"]:
+            problems.append("its journal is on another device (%s), not in the image: not checked" % sb["journal_device"])
+        else:
+            try:
+                exit_code, out, err, _ = self.run([self.tool("e2fsck"), "-f", "-n", self.target(part)], FSCK_KEPT,
+                                                  self.params["scan_timeout"], drain=True)
+            except ImageError as exc:
+                problems.append("e2fsck -fn: %s" % exc)
+            else:
+                if exit_code != 0:
+                    said = [line.strip() for line in (err + "\n" + out.decode("utf-8", "replace")).splitlines()
+                            if line.strip() and not BANNER.match(line) and not FSCK_PROGRESS.match(line)]
+                    meaning = ("killed by signal %d" % -exit_code if exit_code < 0 else
+                               ", ".join(text for bit, text in FSCK_EXIT_BITS if exit_code & bit) or "unknown")
+                    problems.append("e2fsck -fn exited %d (%s): %s" % (
+                        exit_code, meaning, " / ".join(line[:200] for line in said[:6]) or "no message"))
+        self.fscks[part["start"]] = {"clean": not problems, "exit_code": exit_code, "problems": problems}
+        return self.fscks[part["start"]]
+
     # ------------------------------------------------- files inside the image
     def listing(self, part, directory):
         key = (part["start"], directory)
         if key not in self.listings:
             if not plain_image_path(directory):
                 raise ImageError("refused in-image path %r: not plain characters" % directory)
-            self.listings[key] = parse_debugfs_ls(self.debugfs(part, "ls -p " + directory))
+            text = self.debugfs(part, "ls -p " + directory, LISTING_CAP).decode("utf-8", "replace")
+            self.listings[key] = parse_debugfs_ls(text)
         return self.listings[key]
 
-    def cat(self, part, inner, binary=False, where="image"):
-        """A file's content (inner: a resolved path in that filesystem), or None with an error."""
-        try:
-            if not plain_image_path(inner):
-                raise ImageError("refused in-image path %r: not plain characters" % inner)
-            return self.debugfs(part, "cat " + inner, binary)
-        except ImageError as exc:
-            self.error(where, "%s: %s" % (inner, exc))
-            return None
+    def cat(self, part, inner, entry, cap, head=False):
+        """The bytes of a regular file (inner: its resolved path in that filesystem, entry: its
+        directory entry): all of them, and a file over cap bytes is an error; or (head) its first cap
+        bytes, the rest left unread. The size is checked first, and debugfs' output is capped too."""
+        if not plain_image_path(inner):
+            raise ImageError("refused in-image path %r: not plain characters" % inner)
+        if not stat.S_ISREG(entry["mode"]):
+            raise ImageError("not a regular file")
+        if not head and entry["size"] > cap:
+            raise ImageError("%d bytes, over the %d-byte cap for this file: not read" % (entry["size"], cap))
+        return self.debugfs(part, "cat " + inner, cap, head)
 
     def mount_for(self, path):
         for mountpoint, (part, _) in self.mounts:
@@ -462,26 +606,32 @@ class ImageReader:
         return part, inner, entry
 
     def readlink(self, part, inner):
-        fast = parse_debugfs_fast_link(self.debugfs(part, "stat " + inner))
+        fast = parse_debugfs_fast_link(self.debugfs(part, "stat " + inner).decode("utf-8", "replace"))
         if fast is not None:
             return fast
-        return self.debugfs(part, "cat " + inner)  # a slow symlink keeps its target in a data block
+        # a slow symlink keeps its target in a data block
+        return self.debugfs(part, "cat " + inner, LINK_CAP).decode("utf-8", "replace")
 
-    def read_path(self, path, where, binary=False):
-        """The content of a regular file at an image path (symlinks followed), or None with an error."""
+    def read_path(self, path, where, cap, head=False):
+        """The bytes of a regular file at an image path (symlinks followed; see cat for cap and
+        head), or None: silently when there is none, with an error when it cannot be read."""
         try:
             found = self.resolve(path)
+            if found is None or not stat.S_ISREG(found[2]["mode"]):
+                return None
+            return self.cat(found[0], found[1], found[2], cap, head)
         except ImageError as exc:
-            self.error(where, str(exc))
+            self.error(where, "%s: %s" % (path, exc))
             return None
-        if found is None or not stat.S_ISREG(found[2]["mode"]):
-            return None
-        return self.cat(found[0], found[1], binary, where)
+
+    def read_text(self, path, where, cap):
+        data = self.read_path(path, where, cap)
+        return None if data is None else data.decode("utf-8", "replace")
 
     # ------------------------------------------------------------------ system
     def os_release(self):
         for path in ("/etc/os-release", "/usr/lib/os-release"):
-            text = self.read_path(path, "os-release")
+            text = self.read_text(path, "os-release", OS_RELEASE_CAP)
             if text is not None:
                 return parse_os_release(text)
         return None
@@ -502,11 +652,11 @@ class ImageReader:
             if not name.startswith("vmlinuz-"):
                 continue
             path = "/boot/" + name
-            data = self.read_path(path, "kernel", binary=True)
+            data = self.read_path(path, "kernel", BZIMAGE_HEAD, head=True)
             if data is None:
                 continue
             try:
-                header = parse_bzimage_version(data[:BZIMAGE_HEAD])
+                header = parse_bzimage_version(data)
             except ParseError as exc:
                 self.error("kernel", "%s: %s" % (path, exc))
                 continue
@@ -560,7 +710,7 @@ class ImageReader:
                 if path in by_path:
                     return by_path[path], "the target of %s" % link
         for cfg in ("/boot/grub/grub.cfg", "/boot/grub2/grub.cfg"):
-            text = self.read_path(cfg, "kernel")
+            text = self.read_text(cfg, "kernel", TEXT_CAP)
             first = parse_grub_first_kernel(text or "")
             if first:
                 for kernel in kernels:
@@ -596,6 +746,9 @@ class ImageReader:
                 found = self.resolve(path)
                 if found is None or not stat.S_ISREG(found[2]["mode"]):
                     raise ImageError("%s is not a regular file" % path)
+                if found[2]["size"] > BOOT_FILE_CAP:
+                    raise ImageError("%s is %d bytes, over the %d-byte cap for a boot file" % (
+                        path, found[2]["size"], BOOT_FILE_CAP))
                 self.debugfs(found[0], "dump %s %s" % (found[1], dest))
                 if not os.path.isfile(dest) or os.path.getsize(dest) != found[2]["size"]:
                     raise ImageError("dump of %s wrote %s bytes, expected %d" % (
@@ -616,6 +769,8 @@ def main():
             boot_kernel=dict(type="str", default=""),
             boot_files_dir=dict(type="path"),
             tmp_dir=dict(type="path"),
+            timeout=dict(type="int", default=60),
+            scan_timeout=dict(type="int", default=900),
         ),
         supports_check_mode=True,
     )

@@ -274,6 +274,7 @@ def parse_dumpe2fs(text):
         "fast_commit_blocks": integer("Fast commit length"),
         "journal_device": raw.get("Journal device"),
         "state": raw.get("Filesystem state"),
+        "error_count": integer("FS Error count") or 0,  # printed only when there are errors
         "e2fsprogs_fields": "total" if "Total journal size" in raw else "legacy",
     }
     blocks = integer("Total journal blocks") or integer("Journal length")
@@ -392,6 +393,8 @@ GPT_TYPES = {
     "c12a7328-f81f-11d2-ba4b-00a0c93ec93b": "efi-system",
     "21686148-6449-6e6f-744e-656564454649": "bios-boot",
 }
+GPT_ENTRY_SIZES = (128, 256, 512, 1024, 2048, 4096)
+GPT_TABLE_CAP = 1024 * 1024  # the usual table is 16 KiB (128 entries of 128 bytes)
 # Where the ext2/3/4 superblock's magic number (0xEF53, little-endian) sits in a filesystem.
 EXT_MAGIC_OFFSET = 1024 + 56
 
@@ -472,8 +475,11 @@ def _parse_gpt(read, size):
     if binascii.crc32(header[:16] + b"\0\0\0\0" + header[20:]) & 0xFFFFFFFF != stored:
         raise ParseError("GPT header checksum does not match: the table is corrupt")
     entries_lba, count, entry_size, entries_crc = struct.unpack_from("<QIII", header, 72)
-    if entry_size < 128 or count > 4096:
-        raise ParseError("GPT has %d entries of %d bytes: not a table this check reads" % (count, entry_size))
+    # UEFI: entries of 128 x 2^n bytes; bounded here (with the table's size) before anything is read
+    if entry_size not in GPT_ENTRY_SIZES or not 1 <= count <= 4096 or count * entry_size > GPT_TABLE_CAP:
+        raise ParseError("GPT has %d entries of %d bytes: not a table this check reads (entries of %s bytes, "
+                         "at most %d bytes in all)" % (count, entry_size, "/".join(map(str, GPT_ENTRY_SIZES)),
+                                                      GPT_TABLE_CAP))
     table = read(entries_lba * sector, count * entry_size)
     if len(table) != count * entry_size or binascii.crc32(table) & 0xFFFFFFFF != entries_crc:
         raise ParseError("GPT partition entries checksum does not match: the table is corrupt")
@@ -547,7 +553,8 @@ def parse_debugfs_ls(text):
     left out (such names are refused anyway)."""
     entries = []
     for line in text.splitlines():
-        match = re.match(r"^/(\d+)/([0-7]+)/\d+/\d+/(.*)/(\d*)/$", line)
+        # ASCII digits of bounded length: a line forged by a name with a newline stays a line of data
+        match = re.match(r"^/([0-9]{1,20})/([0-7]{1,7})/[0-9]+/[0-9]+/(.*)/([0-9]{0,20})/$", line)
         if match and match.group(3) not in (".", ".."):
             entries.append({"name": match.group(3), "inode": int(match.group(1)), "mode": int(match.group(2), 8),
                             "size": int(match.group(4)) if match.group(4) else 0})
@@ -582,11 +589,13 @@ def fstab_spec_target(spec):
             return kind, value.lower() if kind in ("uuid", "partuuid") else value
     if spec == "/dev/root":
         return "root", None
-    match = re.match(r"^/dev/(?:[shv]d[a-z]+|xvd[a-z]+)(\d+)$", spec) or \
-        re.match(r"^/dev/(?:nvme\d+n\d+|mmcblk\d+|loop\d+)p(\d+)$", spec)
+    # A partition number has at most 3 digits (ASCII only: \d is any Unicode digit), so int() stays
+    # far below Python's limit on the length of integer strings; a longer one matches nothing.
+    match = re.match(r"^/dev/(?:[shv]d[a-z]+|xvd[a-z]+)([0-9]{1,3})$", spec) or \
+        re.match(r"^/dev/(?:nvme[0-9]+n[0-9]+|mmcblk[0-9]+|loop[0-9]+)p([0-9]{1,3})$", spec)
     if match:
         return "number", int(match.group(1))
-    if re.match(r"^/dev/(?:[shv]d[a-z]+|xvd[a-z]+|nvme\d+n\d+|mmcblk\d+)$", spec):
+    if re.match(r"^/dev/(?:[shv]d[a-z]+|xvd[a-z]+|nvme[0-9]+n[0-9]+|mmcblk[0-9]+)$", spec):
         return "disk", spec
     return None, spec
 

@@ -6,11 +6,14 @@ The kernels in these images are files that carry a real x86 setup header (magic,
 the version-string pointer) and the version string of a Debian cloud kernel; the VM test
 (tests/vm/test_ami_precheck.py) reads real kernels. Nothing is mounted and no loop device is used."""
 
+import binascii
+import hashlib
 import json
 import os
 import random
 import struct
 import subprocess
+import time
 
 import pytest
 
@@ -23,6 +26,7 @@ pytestmark = pytest.mark.skipif(bool(MISSING), reason="needs %s: apt-get install
                                 % ", ".join(MISSING))
 
 MIB = 1024 * 1024
+HANG_S = 120  # one module run; the slowest here takes about 4 s
 K61 = ("6.1.0-28-cloud-amd64", "6.1.0-28-cloud-amd64 (debian-kernel@lists.debian.org) #1 SMP PREEMPT_DYNAMIC "
        "Debian 6.1.119-1 (2024-11-22)")
 K612 = ("6.12.57+deb12-cloud-amd64", "6.12.57+deb12-cloud-amd64 (debian-kernel@lists.debian.org) #1 SMP "
@@ -98,7 +102,7 @@ def image_facts(tmp_path, **args):
     tree = tmp_path / "tree"
     result = subprocess.run([os.path.join(VENV_BIN, "ansible"), "localhost", "-m", "ext4_image_facts", "-a",
                              json.dumps(args), "--tree", str(tree)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=HANG_S)
     out = result.stdout.decode()
     assert result.returncode == 0, out
     with open(tree / "localhost") as handle:
@@ -113,6 +117,21 @@ def by_mountpoint(facts):
 
 def reasons(facts):
     return " | ".join("%s: %s" % (e["where"], e["reason"]) for e in facts["errors"])
+
+
+def findings_of(facts):
+    findings, _, _ = engine.evaluate_host(facts, catalog_mod.load(os.path.join(ROOT, "rules")))
+    return findings
+
+
+def image_rules(facts):
+    """(rule, mountpoint) of the image rules' findings."""
+    return sorted((f["rule"], f["mountpoint"]) for f in findings_of(facts) if f["rule"].startswith("IMAGE_"))
+
+
+def sha256(path):
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
 
 
 # ------------------------------------------------------------------------ images
@@ -180,6 +199,11 @@ def test_mbr_image_with_separate_boot(mbr_image, tmp_path):
     assert kernel["release"] == K612[0] and kernel["vendor"] == "debian" and kernel["upstream"] == "6.12.57"
     assert kernel["proc_version"] == "Linux version " + K612[1] and kernel["page_size"] == 4096
     assert kernel["os_release"]["ID"] == "debian"  # through the relative os-release symlink
+
+    # e2fsck -fn (at each partition's offset) and the superblocks find every filesystem clean.
+    assert [fs["fsck"] for fs in facts["filesystems"]] == [{"clean": True, "exit_code": 0, "problems": []}] * 3
+    assert facts["image"]["fstab_unresolved"] == []
+    assert image_rules(facts) == []
 
     # The same rules as for a running host: the 128-byte inodes of /data are found.
     findings, undetermined, _ = engine.evaluate_host(facts, catalog_mod.load(os.path.join(ROOT, "rules")))
@@ -372,4 +396,91 @@ def test_offline_precheck_of_an_image_without_kernels(tmp_path):
     assert report["status"] == "audited" and report["kernel"]["release"] is None
     assert [e for e in report["errors"] if e["reason"] == "no readable kernel (vmlinuz-*) in /boot"], report["errors"]
     assert "KERNEL_DIO_CORRUPTION_6_1_64" in [u["rule"] for u in report["undetermined"]]
-    assert (rc == 0) == (summary["verdict"] == "pass"), (rc, summary["verdict"])
+    # ... and the gate fails it: the kernel rules could not be checked
+    no_kernel = [f for f in report["findings"] if f["rule"] == "IMAGE_NO_KERNEL"]
+    assert [f["severity"] for f in no_kernel] == ["high"], report["findings"]
+    assert no_kernel[0]["message"] == ("No kernel could be read from the image (no readable kernel (vmlinuz-*) in "
+                                       "/boot): its kernel rules cannot be checked."), no_kernel
+    assert rc != 0 and summary["verdict"] == "fail", (rc, summary["verdict"])
+
+
+# ------------------------------------------------------------------ hostile images
+def test_huge_sparse_files_are_not_read(tmp_path):
+    """A 16 MiB image holding a sparse 300 MiB os-release and a sparse 2 GiB kernel (a real setup header
+    first): os-release is refused by its size without being read, and of the kernel only the first
+    64 KiB are read; the check takes seconds (it took over 200 s when debugfs' output was read whole)."""
+    tree = make_tree(str(tmp_path / "tree"), fstab="/dev/vda / ext4 defaults 0 1\n", kernels=[K61])
+    os.truncate(os.path.join(tree, "usr", "lib", "os-release"), 300 * MIB)
+    os.truncate(os.path.join(tree, "boot", "vmlinuz-" + K61[0]), 2048 * MIB)
+    disk = str(tmp_path / "sparse.raw")
+    mkfs(disk, tree, "16M")
+    start = time.monotonic()
+    facts = image_facts(tmp_path, image=disk)
+    assert time.monotonic() - start < 30
+    assert "os-release: /etc/os-release: 314572800 bytes, over the 65536-byte cap for this file: not read" in \
+        reasons(facts), reasons(facts)
+    assert facts["image"]["os_release"] is None
+    assert [k["release"] for k in facts["image"]["kernels"]] == [K61[0]]
+
+
+def test_fstab_source_with_5000_digits(tmp_path):
+    """/dev/sda and 5,000 digits went to int() (Python refuses strings of over 4,300 digits): a traceback.
+    Now it names no partition, and like every entry the boot needs that matches nothing (not one
+    with nofail), it fails the gate."""
+    digits = "/dev/sda" + "1" * 5000
+    tree = make_tree(str(tmp_path / "tree"), fstab=(
+        "/dev/vda / ext4 defaults 0 1\n%s /data ext4 defaults 0 2\n"
+        "UUID=%s /scratch ext4 defaults,nofail 0 2\n" % (digits, DATA_UUID)))
+    disk = str(tmp_path / "digits.raw")
+    mkfs(disk, tree, "32M")
+    facts = image_facts(tmp_path, image=disk)
+    assert "fstab: line 3: %s (/data) matches no ext2/3/4 filesystem in the image" % digits in reasons(facts)
+    assert "line 4: UUID=%s (/scratch) matches no ext2/3/4 filesystem in the image (nofail or noauto: the boot " \
+        "does not need it)" % DATA_UUID in reasons(facts)
+    assert facts["image"]["fstab_unresolved"] == [{"line": 3, "spec": digits, "mountpoint": "/data", "fstype": "ext4"}]
+    unresolved = [f for f in findings_of(facts) if f["rule"] == "IMAGE_FSTAB_UNRESOLVED"]
+    assert [f["severity"] for f in unresolved] == ["high"]
+    assert unresolved[0]["message"] == ("fstab entries the boot needs match no ext2/3/4 filesystem of the image: "
+                                        "line 3: %s (/data)." % digits)
+
+
+def test_gpt_with_huge_entries(tmp_path):
+    """A GPT header (its CRC valid) declaring 4,096 entries of 0xFFFFFFF0 bytes: the table was read
+    whole (MemoryError); now the sizes are bounded before anything is read."""
+    disk = bytearray(4 * MIB)
+    disk[446:462] = struct.pack("<B3xB3xII", 0, 0xEE, 1, len(disk) // 512 - 1)
+    disk[510:512] = b"\x55\xaa"
+    header = bytearray(92)
+    struct.pack_into("<8sIII4xQQQQ16sQIII", header, 0, b"EFI PART", 0x10000, 92, 0, 1, len(disk) // 512 - 1, 34,
+                     len(disk) // 512 - 34, bytes(16), 2, 4096, 0xFFFFFFF0, 0)
+    struct.pack_into("<I", header, 16, binascii.crc32(bytes(header)) & 0xFFFFFFFF)
+    disk[512:604] = header
+    path = tmp_path / "gpt.raw"
+    path.write_bytes(bytes(disk))
+    facts = image_facts(tmp_path, image=str(path))
+    assert facts["errors"] == [{"where": "image", "reason": "GPT has 4096 entries of 4294967280 bytes: not a table "
+                                "this check reads (entries of 128/256/512/1024/2048/4096 bytes, at most 1048576 "
+                                "bytes in all)"}]
+
+
+def test_damaged_filesystem_at_a_partition_offset(mbr_image, tmp_path):
+    """/data (logical partition 5) damaged, root and /boot clean: e2fsck -fn runs at each partition's
+    offset, finds only /data not clean, and writes nothing to the image."""
+    disk = str(tmp_path / "damaged.raw")
+    run(["cp", "--sparse=always", mbr_image["path"], disk])
+    data = str(tmp_path / "data.fs")
+    offset = [p for p in image_facts(tmp_path / "a", image=disk)["image"]["partitions"] if p["number"] == 5][0]
+    run(["dd", "if=" + disk, "of=" + data, "bs=512", "skip=%d" % (offset["start"] // 512),
+         "count=%d" % (offset["size"] // 512), "status=none"])
+    run(["debugfs", "-w", "-R", "mkdir /lost-dir", data])
+    run(["debugfs", "-w", "-R", "clri /lost-dir", data])  # the entry stays, its inode is zeroed
+    run(["dd", "if=" + data, "of=" + disk, "bs=512", "seek=%d" % (offset["start"] // 512), "conv=notrunc",
+         "status=none"])
+    before = sha256(disk)
+    facts = image_facts(tmp_path / "b", image=disk)
+    assert sha256(disk) == before
+    fsck = dict((fs["mountpoint"], fs["fsck"]) for fs in facts["filesystems"])
+    assert fsck["/"]["clean"] and fsck["/boot"]["clean"]
+    assert fsck["/data"]["exit_code"] == 4 and not fsck["/data"]["clean"]
+    assert fsck["/data"]["problems"][0].startswith("e2fsck -fn exited 4 (errors left uncorrected): "), fsck["/data"]
+    assert image_rules(facts) == [("IMAGE_FS_NOT_CLEAN", "/data")]

@@ -76,6 +76,14 @@ def test_fstab_spec_target(spec, expected):
     assert p.fstab_spec_target(spec) == expected
 
 
+@pytest.mark.parametrize("spec", ["/dev/sda" + "1" * 5000, "/dev/nvme0n1p" + "9" * 5000, "/dev/vda\u0661",
+                                  "/dev/sda1234"])
+def test_fstab_partition_numbers_are_short_ascii(spec):
+    """Python's int() refuses strings of over 4,300 digits (ValueError) and reads Unicode digits:
+    a partition number is 1 to 3 ASCII digits, anything else names nothing this check knows."""
+    assert p.fstab_spec_target(spec) == (None, spec)
+
+
 # ------------------------------------------------------------------ in-image paths
 @pytest.mark.parametrize("path", ["/boot/vmlinuz-6.12.117+deb12-cloud-amd64", "/etc/os-release",
                                   "/boot/initrd.img-6.1.0-56-cloud-amd64", "/", "/a/../b", "/x@y:z=1,2~"])
@@ -120,6 +128,15 @@ def test_parse_debugfs_ls():
     assert by_name["boot"]["mode"] == 0o40755 and by_name["boot"]["size"] == 0
     assert by_name["vmlinuz"]["mode"] == 0o120777 and by_name["vmlinuz"]["inode"] == 20
     assert by_name["initrd.img-6.1.0-56-cloud-amd64"]["size"] == 15316167
+
+
+def test_parse_debugfs_ls_numbers_are_bounded():
+    """A file name with a newline can put a line of its choosing in debugfs' output: its numbers are
+    bounded ASCII digits, or the line is not an entry."""
+    forged = "/%s/100644/0/0/fstab/12/\n/12/100644/0/0/fstab/%s/\n/13/100644/0/0/os-release/\u0661/\n" % (
+        "9" * 5000, "9" * 5000)
+    assert p.parse_debugfs_ls(forged + LS_P)[0]["name"] == "lost+found"
+    assert p.parse_debugfs_ls(forged) == []
 
 
 def test_parse_debugfs_fast_link():
@@ -277,6 +294,31 @@ def test_gpt_checksums(corrupt, message):
     disk = gpt([(LINUX, "bbbbbbbb-0000-0000-0000-000000000002", 2048, 65535, "")], corrupt=corrupt)
     with pytest.raises(p.ParseError, match=message):
         p.parse_partition_table(reader(disk), len(disk))
+
+
+def gpt_with_table_size(entry_size, count):
+    """A GPT whose header (its CRC right) declares count entries of entry_size bytes."""
+    disk = gpt([(LINUX, "bbbbbbbb-0000-0000-0000-000000000002", 2048, 65535, "")])
+    header = bytearray(disk[512:604])
+    struct.pack_into("<II", header, 80, count, entry_size)
+    struct.pack_into("<I", header, 16, 0)
+    struct.pack_into("<I", header, 16, binascii.crc32(bytes(header)) & 0xFFFFFFFF)
+    disk[512:604] = header
+    return disk
+
+
+@pytest.mark.parametrize("entry_size, count", [(0xFFFFFFF0, 4096), (130, 128), (4096, 4096), (128, 0)])
+def test_gpt_table_size_is_bounded_before_it_is_read(entry_size, count):
+    disk = gpt_with_table_size(entry_size, count)
+    asked = []
+
+    def read(offset, length):
+        asked.append(length)
+        return bytes(disk[offset:offset + length])
+    with pytest.raises(p.ParseError, match="GPT has %d entries of %d bytes: not a table this check reads"
+                       % (count, entry_size)):
+        p.parse_partition_table(read, len(disk))
+    assert max(asked) <= 4096  # the MBR and the header, never the declared table
 
 
 @pytest.mark.parametrize("make, message", [

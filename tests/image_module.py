@@ -1,0 +1,30 @@
+"""Run library/ext4_image_facts.py without ansible's packaging step: its module_utils are registered
+under their ansible names and the arguments go in as ansible-core's own way of running a module
+directly takes them (module_utils/_internal/_debugging.py: the JSON as the first argument). About 0.3 s per run instead of 2 s for `ansible localhost -m`,
+which is what makes a run over the whole e2fsprogs corpus affordable.
+
+    python tests/image_module.py '{"image": "/path/disk.raw"}'   # prints the module's JSON result
+"""
+
+import json
+import os
+import runpy
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def main(args_json):
+    sys.path.insert(0, os.path.join(ROOT, "module_utils"))
+    import ext4_parsers
+    import kernel_version
+
+    sys.modules["ansible.module_utils.ext4_parsers"] = ext4_parsers
+    sys.modules["ansible.module_utils.kernel_version"] = kernel_version
+    sys.argv = [os.path.join(ROOT, "library", "ext4_image_facts.py"),
+                json.dumps({"ANSIBLE_MODULE_ARGS": json.loads(args_json)})]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
