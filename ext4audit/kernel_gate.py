@@ -220,7 +220,9 @@ def _records_markdown(gate, escape):
     records = gate.get("kernel_records")
     if not records:  # a gate report written before the records were compared
         return []
-    lines = ["", "### ext4/jbd2 kernel records (kernel CNA data of %s)" % escape((records["data"].get("commit_date") or "unknown date")[:10]), ""]
+    # ids, classes and the date are the repository's data (like rule ids); titles come from the CNA's
+    # text and reasons carry the host's version: those are escaped
+    lines = ["", "### ext4/jbd2 kernel records (kernel CNA data of %s)" % (records["data"].get("commit_date") or "unknown date")[:10], ""]
     if records["unknown"]:
         return lines + ["Not compared: the %s kernel cannot be judged (no host report or an unrecognised release)."
                         % " and ".join(records["unknown"])]
@@ -229,7 +231,7 @@ def _records_markdown(gate, escape):
         ", ".join("%d %s" % (len(records[key]), title.lower()) for key, title in RECORD_LISTS)))
     for key, title in RECORD_LISTS:
         lines += ["", "**%s (%d)**" % (title, len(records[key]))]
-        lines += ["- %s[%s](%s) %s: %s (%s)" % ("FAIL " if item.get("fails") else "", escape(item["id"]), item["link"],
-                                             escape(item["class"]), escape(item["title"]), escape(item["reason"]))
+        lines += ["- %s[%s](%s) %s: %s (%s)" % ("FAIL " if item.get("fails") else "", item["id"], item["link"],
+                                             item["class"], escape(item["title"]), escape(item["reason"]))
                   for item in records[key]]
     return lines
