@@ -135,7 +135,8 @@ def compare_records(doc, baseline_report, candidate_report, policy):
     result = {"data": doc["source"], "fixed": [], "carried": [], "new": [], "unknown": []}
     open_ids = {}
     for role, report in (("baseline", baseline_report), ("candidate", candidate_report)):
-        items = kernel_records.open_records(doc, (report or {}).get("kernel")) if (report or {}).get("kernel") else None
+        kernel = (report or {}).get("kernel")
+        items = kernel_records.open_records(doc, kernel) if kernel else None
         if items is None:
             result["unknown"].append(role)
         open_ids[role] = dict((item["id"], item) for item in items or [])
@@ -217,12 +218,11 @@ RECORD_LISTS = (("new", "New in the candidate"), ("carried", "Still carried by t
 
 
 def _records_markdown(gate, escape):
-    records = gate.get("kernel_records")
-    if not records:  # a gate report written before the records were compared
-        return []
+    records = gate["kernel_records"]
     # ids, classes and the date are the repository's data (like rule ids); titles come from the CNA's
     # text and reasons carry the host's version: those are escaped
-    lines = ["", "### ext4/jbd2 kernel records (kernel CNA data of %s)" % (records["data"].get("commit_date") or "unknown date")[:10], ""]
+    lines = ["", "### ext4/jbd2 kernel records (kernel CNA data of %s)"
+             % (records["data"].get("commit_date") or "unknown date")[:10], ""]
     if records["unknown"]:
         return lines + ["Not compared: the %s kernel cannot be judged (no host report or an unrecognised release)."
                         % " and ".join(records["unknown"])]
