@@ -10,7 +10,7 @@ import os
 import sys
 import traceback
 
-from . import SEVERITIES, severity_rank, catalog as catalog_mod, kernel_gate, probe, reports, waivers as waivers_mod
+from . import SEVERITIES, severity_rank, catalog as catalog_mod, kernel_gate, kernel_records, probe, reports, waivers as waivers_mod
 from . import baseline as baseline_mod, fleet, html, merge
 
 
@@ -172,7 +172,8 @@ def cmd_kernel_gate(args):
         sides.append({"host": host, "record": (records or {}).get(host), "report": report})
         plan_ids.append(plan and "seed %s, %s runs, %s levels" % (plan["seed"], plan["runs"], plan["level_set"]))
     policy = dict(alpha=args.alpha, min_effect=args.min_effect, dspan_tolerance=args.dspan_tolerance,
-                  tail_tolerance=args.tail_tolerance, ratio_tolerance=args.ratio_tolerance, fail_on=args.fail_on)
+                  tail_tolerance=args.tail_tolerance, ratio_tolerance=args.ratio_tolerance, fail_on=args.fail_on,
+                  record_fail_classes=args.record_fail_classes)
     gate = kernel_gate.evaluate(sides[0], sides[1], tuple(plan_ids), policy)
     reports.write_json(os.path.join(args.run_dir, "kernel_gate.json"), gate)
     reports.write_atomic(os.path.join(args.run_dir, "kernel_gate.md"), kernel_gate.markdown(gate, reports.md))
@@ -206,6 +207,11 @@ def cmd_plan(args):
     reports.write_json(args.out, plan)
     print("plan: %d runs, seed %d, level set %s -> %s" % (plan["runs"], plan["seed"], plan["level_set"], args.out))
     return 0
+
+
+def _classes(text):
+    """"data corruption,crash/BUG" -> a list; "" -> none."""
+    return [name.strip() for name in text.split(",") if name.strip()]
 
 
 def _bool(text):
@@ -251,6 +257,10 @@ def main(argv=None):
     p.add_argument("--baseline-run", help="the baseline's run folder, when it ran before (e.g. before a reboot)")
     p.add_argument("--fail-on", choices=SEVERITIES, default=kernel_gate.DEFAULTS["fail_on"],
                    help="a new candidate finding at or above this fails the gate")
+    p.add_argument("--record-fail-classes", type=_classes, default=kernel_gate.DEFAULTS["record_fail_classes"],
+                   metavar="CLASS,...", help="classes of kernel CNA records that fail the gate when the candidate "
+                   "lacks a fix the baseline had; empty: list only (default: %s)"
+                   % ",".join(kernel_gate.DEFAULTS["record_fail_classes"]))
     for name, help_text in (("alpha", "significance level of the paired Wilcoxon test"),
                             ("min_effect", "smallest rank-biserial effect size that counts"),
                             ("dspan_tolerance", "allowed relative rise of the p99 d-span"),
@@ -274,7 +284,7 @@ def main(argv=None):
         with reports.no_gc():
             return args.func(args)
     except (catalog_mod.CatalogError, waivers_mod.WaiverError, reports.ReportError, probe.ProbeError,
-            OSError) as exc:
+            kernel_records.RecordsError, kernel_gate.PolicyError, OSError) as exc:
         print("error: %s" % exc, file=sys.stderr)
         return 2
     except Exception as exc:  # a bug, or input no check caught: exit 2 (could not run), never 1 (policy failed)

@@ -10,7 +10,11 @@ Fails when any of these holds (each a check with its numbers in the report):
 - a confirmation probe: the candidate's ratio exceeds the baseline's by more than
   `ratio_tolerance` (relative) and the two spreads do not overlap;
 - static rules: the candidate has an unwaived finding at or above `fail_on` that the baseline
-  does not have (a known kernel issue in the candidate's version, for example).
+  does not have (a known kernel issue in the candidate's version, for example);
+- kernel records: the candidate's kernel lacks the fix of a kernel CNA record (ext4/jbd2, from
+  kernel_records) that the baseline's kernel did not lack, and the record's class is one of
+  `record_fail_classes`; records judged only as an advisory (vendor kernels that backport, rcs
+  at a boundary) are listed but never fail.
 Incomplete (exit 2) when either side has no usable probe result or they used different plans.
 """
 
@@ -18,15 +22,20 @@ import math
 
 import numpy as np
 
-from . import severity_rank
+from . import kernel_records, severity_rank
 
 SCHEMA = "ext4-fleet-audit/kernel-gate/v1"
 DEFAULTS = {"alpha": 0.01, "min_effect": 0.3, "dspan_tolerance": 0.10, "tail_tolerance": 0.10,
-            "ratio_tolerance": 0.25, "fail_on": "high"}
+            "ratio_tolerance": 0.25, "fail_on": "high",
+            "record_fail_classes": ["data corruption", "crash/BUG"]}
 
 
 class GateInputError(ValueError):
     """A side cannot be compared (no probe result, a different plan); the gate is incomplete."""
+
+
+class PolicyError(ValueError):
+    """The policy names something the data does not have (a record class, for example)."""
 
 
 def _runs(record, side):
@@ -111,13 +120,47 @@ def compare_findings(baseline_report, candidate_report, policy):
     return [{"rule": rule, "mountpoint": mountpoint} for rule, mountpoint in new]
 
 
-def evaluate(baseline, candidate, plan_ids, policy=None):
+def compare_records(doc, baseline_report, candidate_report, policy):
+    """The kernel CNA records whose fix each side's kernel lacks (kernel_records.open_records),
+    compared: `fixed` by the upgrade (open on the baseline only, the baseline's items), `carried`
+    (open on both, the candidate's items) and `new` (open on the candidate only: a branch whose
+    fix came later than the candidate, or an older candidate). A new record fails (`fails`) when
+    its class is in record_fail_classes and it is not advisory. `unknown` names the sides whose
+    kernel cannot be judged (no host report, an unrecognised release): then the lists are empty."""
+    classes = policy["record_fail_classes"]
+    strange = [c for c in classes if c not in doc["classes"]]
+    if strange:
+        raise PolicyError("record_fail_classes: %s not among the records' classes (%s)" % (
+            ", ".join(map(repr, strange)), ", ".join(doc["classes"])))
+    result = {"data": doc["source"], "fixed": [], "carried": [], "new": [], "unknown": []}
+    open_ids = {}
+    for role, report in (("baseline", baseline_report), ("candidate", candidate_report)):
+        kernel = (report or {}).get("kernel")
+        items = kernel_records.open_records(doc, kernel) if kernel else None
+        if items is None:
+            result["unknown"].append(role)
+        open_ids[role] = dict((item["id"], item) for item in items or [])
+    if result["unknown"]:
+        return result
+    base, cand = open_ids["baseline"], open_ids["candidate"]
+    result["fixed"] = [item for key, item in base.items() if key not in cand]
+    result["carried"] = [item for key, item in cand.items() if key in base]
+    result["new"] = [dict(item, fails=item["class"] in classes and not item["advisory"])
+                     for key, item in cand.items() if key not in base]
+    return result
+
+
+def evaluate(baseline, candidate, plan_ids, policy=None, records=None):
     """baseline/candidate: {"host", "record" (probe record), "report" (host report)}.
-    plan_ids: (baseline plan seed/runs/level set, candidate's) - they must match."""
+    plan_ids: (baseline plan seed/runs/level set, candidate's) - they must match.
+    records: kernel_records.load()'s result (default: the repository's data file)."""
     policy = dict(DEFAULTS, **(policy or {}))
     gate = {"schema": SCHEMA, "policy": policy, "verdict": "incomplete", "reason": None,
             "baseline": _side(baseline), "candidate": _side(candidate),
-            "dspan": None, "confirmations": [], "new_findings": [], "failed_checks": []}
+            "dspan": None, "confirmations": [], "new_findings": [], "failed_checks": [],
+            # listed even when the probe comparison is incomplete: it needs only the host reports
+            "kernel_records": compare_records(records or kernel_records.load(), baseline["report"],
+                                              candidate["report"], policy)}
     try:
         if plan_ids[0] != plan_ids[1]:
             raise GateInputError("the two sides ran different plans: %s vs %s" % plan_ids)
@@ -131,6 +174,8 @@ def evaluate(baseline, candidate, plan_ids, policy=None):
     failed = [c["check"] + ": " + c["detail"] for c in gate["dspan"]["checks"] if c["failed"]]
     failed += ["confirmation %s: %s" % (r["probe"], r["detail"]) for r in gate["confirmations"] if r["failed"]]
     failed += ["new finding %s on %s" % (f["rule"], f["mountpoint"]) for f in gate["new_findings"]]
+    failed += ["new kernel record %s (%s): %s" % (r["id"], r["class"], r["reason"])
+               for r in gate["kernel_records"]["new"] if r["fails"]]
     gate["failed_checks"] = failed
     gate["verdict"] = "fail" if failed else "pass"
     gate["reason"] = "; ".join(failed) if failed else "no regression beyond the tolerances"
@@ -165,4 +210,28 @@ def markdown(gate, escape):
                                                      escape(row["detail"])))
     for finding in gate["new_findings"]:
         lines.append("- FAIL new finding %s on %s" % (finding["rule"], escape(finding["mountpoint"] or "-")))
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _records_markdown(gate, escape)) + "\n"
+
+
+RECORD_LISTS = (("new", "New in the candidate"), ("carried", "Still carried by the candidate"),
+                ("fixed", "Fixed by the upgrade"))
+
+
+def _records_markdown(gate, escape):
+    records = gate["kernel_records"]
+    # ids, classes and the date are the repository's data (like rule ids); titles come from the CNA's
+    # text and reasons carry the host's version: those are escaped
+    lines = ["", "### ext4/jbd2 kernel records (kernel CNA data of %s)"
+             % (records["data"].get("commit_date") or "unknown date")[:10], ""]
+    if records["unknown"]:
+        return lines + ["Not compared: the %s kernel cannot be judged (no host report or an unrecognised release)."
+                        % " and ".join(records["unknown"])]
+    lines.append("Upstream %s -> %s: %s." % (
+        escape(gate["baseline"]["upstream"] or "?"), escape(gate["candidate"]["upstream"] or "?"),
+        ", ".join("%d %s" % (len(records[key]), title.lower()) for key, title in RECORD_LISTS)))
+    for key, title in RECORD_LISTS:
+        lines += ["", "**%s (%d)**" % (title, len(records[key]))]
+        lines += ["- %s[%s](%s) %s: %s (%s)" % ("FAIL " if item.get("fails") else "", item["id"], item["link"],
+                                             item["class"], escape(item["title"]), escape(item["reason"]))
+                  for item in records[key]]
+    return lines

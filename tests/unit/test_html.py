@@ -329,6 +329,28 @@ def test_kernel_gate_comparison_is_drawn_when_the_run_has_one(run):
     assert "kernel_gate.json could not be read" in Page(page).text
 
 
+def test_kernel_gate_lists_the_kernel_records(run):
+    run_dir, summary, host_reports, catalog = run
+    from test_kernel_gate import RECORDS, kernel
+    plan_id = "seed 1, 32 runs, short levels"
+    gate = kernel_gate.evaluate({"host": "base", "record": probe_record("base", "/"), "report": {"kernel": kernel("6.1.50")}},
+                                {"host": "cand", "record": probe_record("cand", "/"), "report": {"kernel": kernel("6.6.10")}},
+                                (plan_id, plan_id), records=RECORDS)
+    gate["candidate"]["upstream"] = HOSTILE                  # host data, as a tampered report would carry it
+    gate["kernel_records"]["carried"][0]["reason"] = HOSTILE
+    reports.write_json(os.path.join(run_dir, "kernel_gate.json"), gate)
+    page = report_html.render(summary, host_reports, catalog, run_dir)
+    section = page[page.index('id="kernel-gate"'):page.index('id="hosts"')]
+    assert "<script>" not in section and "&lt;script&gt;" in section
+    text = Page(section).text
+    assert "ext4/jbd2 kernel records (kernel CNA data of 2026-08-21)" in text
+    for (_, title), count in zip(kernel_gate.RECORD_LISTS, (3, 1, 1)):
+        assert "%s (%d)" % (title, count) in text
+    assert "FAIL CVE-2099-2 data corruption: ext4: record 2 (fixed in 6.6.50; host runs 6.6.10)" in text
+    assert "CVE-2099-5 hang/deadlock: ext4: record 5 (%s)" % HOSTILE.replace("\n", " ") in text.replace("\n", " ")
+    assert '<a href="https://nvd.nist.gov/vuln/detail/CVE-2099-1" rel="noreferrer">CVE-2099-1</a>' in section
+
+
 def test_baseline_diff_is_shown(run):
     run_dir, summary, host_reports, catalog = run
     summary = dict(summary, baseline={

@@ -3,7 +3,9 @@
 import json
 import random
 
-from ext4audit import cli, kernel_gate
+import pytest
+
+from ext4audit import cli, kernel_gate, kernel_records
 
 
 def record(dspans, confirmations=(), status="ran"):
@@ -102,3 +104,147 @@ def test_cli_writes_the_reports_and_exits_by_verdict(tmp_path, capsys):
     assert cli.main(["kernel-gate", str(run), "--baseline", "base<1>", "--candidate", "cand",
                      "--dspan-tolerance", "5", "--tail-tolerance", "1"]) == 0
     assert cli.main(["kernel-gate", str(run), "--baseline", "nobody", "--candidate", "cand"]) == 2
+
+
+# ------------------------------------------------------------------ kernel CNA records on both sides
+def kernel(upstream, vendor="mainline", backports=False):
+    return {"release": upstream, "upstream": upstream, "vendor": vendor, "backports": backports, "notes": []}
+
+
+def cve(number, cls, introduced, fixed=None, mainline=None, backported_into=None):
+    return {"id": "CVE-2099-%d" % number, "title": "ext4: record %d" % number, "class": cls,
+            "introduced": introduced, "backported_into": backported_into or {}, "fixed": fixed or {},
+            "fixed_mainline": mainline}
+
+
+# The upgrade 6.1.50 -> 6.6.10 against records with known answers (kernel_records.judge's rules).
+RECORDS = {"source": {"commit": "0" * 40, "commit_date": "2026-08-21T18:32:04+02:00"},
+           "classes": ["data corruption", "crash/BUG", "hang/deadlock", "memory safety", "leak", "other"],
+           "records": [
+               cve(1, "data corruption", "5.10", {"6.1": "6.1.100"}, "6.2"),       # 6.1.50 lacks it; 6.6 has it
+               cve(2, "data corruption", "6.5", {"6.6": "6.6.50"}, "6.7"),         # came in 6.5: new on 6.6.10
+               cve(3, "leak", "6.5", {}, "6.8"),                                   # new, but a leak
+               cve(4, "crash/BUG", "since the start", {"6.1": "6.1.20", "6.6": "6.6.30"}, "6.7"),  # 6.6's fix is later
+               cve(5, "hang/deadlock", "5.4", {}, "6.8"),                          # no fix in 6.1 or 6.6: carried
+               cve(6, "memory safety", "6.1", {"6.1": "6.1.40"}, "6.2"),           # fixed on both sides
+           ]}
+
+
+def records_of(base, cand, **policy):
+    return kernel_gate.compare_records(RECORDS, {"kernel": base}, {"kernel": cand}, dict(kernel_gate.DEFAULTS, **policy))
+
+
+def ids(items):
+    return [item["id"] for item in items]
+
+
+def test_records_fixed_carried_and_new_on_an_upgrade():
+    result = records_of(kernel("6.1.50"), kernel("6.6.10"))
+    assert result["unknown"] == []
+    assert ids(result["fixed"]) == ["CVE-2099-1"]
+    assert result["fixed"][0]["reason"] == "fixed in 6.1.100; host runs 6.1.50"   # the baseline's item
+    assert ids(result["carried"]) == ["CVE-2099-5"]
+    assert result["carried"][0]["reason"] == "no fix in this branch (6.6); fixed in 6.8; host runs 6.6.10"
+    assert [(item["id"], item["fails"]) for item in result["new"]] == [
+        ("CVE-2099-2", True), ("CVE-2099-3", False), ("CVE-2099-4", True)]
+    assert result["new"][2]["reason"] == "fixed in 6.6.30; host runs 6.6.10"
+
+
+def test_an_older_candidate_carries_what_the_baseline_had_fixed():
+    result = records_of(kernel("6.1.110"), kernel("6.1.90"))
+    assert [(item["id"], item["fails"]) for item in result["new"]] == [("CVE-2099-1", True)]
+    assert ids(result["fixed"]) == [] and ids(result["carried"]) == ["CVE-2099-5"]   # no fix in 6.1.y
+    # at the fix release itself the record is closed again
+    assert records_of(kernel("6.1.110"), kernel("6.1.100"))["new"] == []
+
+
+def test_record_fail_classes_decides_which_new_records_fail():
+    def failing(**policy):
+        return [item["id"] for item in records_of(kernel("6.1.50"), kernel("6.6.10"), **policy)["new"] if item["fails"]]
+    assert kernel_gate.DEFAULTS["record_fail_classes"] == ["data corruption", "crash/BUG"]
+    assert failing() == ["CVE-2099-2", "CVE-2099-4"]
+    assert failing(record_fail_classes=[]) == []
+    assert failing(record_fail_classes=["leak"]) == ["CVE-2099-3"]
+    with pytest.raises(kernel_gate.PolicyError, match=r"record_fail_classes: 'corruption' not among"):
+        records_of(kernel("6.1.50"), kernel("6.6.10"), record_fail_classes=["corruption"])
+
+
+def test_advisory_records_are_listed_but_never_fail():
+    result = records_of(kernel("6.1.50"), kernel("6.6.10", vendor="rhel", backports=True))
+    assert ids(result["new"]) == ["CVE-2099-2", "CVE-2099-3", "CVE-2099-4"]
+    assert all(item["advisory"] and not item["fails"] for item in result["new"])
+
+
+def test_a_side_without_a_judged_kernel_compares_nothing():
+    result = kernel_gate.compare_records(RECORDS, None, {"kernel": kernel("6.6.10")}, kernel_gate.DEFAULTS)
+    assert result["unknown"] == ["baseline"] and result["new"] == result["fixed"] == result["carried"] == []
+    result = records_of(kernel("6.1.50"), {"release": "weird", "upstream": None, "vendor": "mainline", "notes": []})
+    assert result["unknown"] == ["candidate"]
+
+
+def test_the_debian_vm_kernels_on_the_real_records():
+    """6.1.192 -> 6.12.117 (testhosts/vm/kernels.yml) on rules/kernel_cna_records.json: every record
+    open on 6.1.192 is fixed in 6.12.117, and 6.12.117 carries none."""
+    result = kernel_gate.compare_records(kernel_records.load(), {"kernel": kernel("6.1.192")},
+                                         {"kernel": kernel("6.12.117")}, kernel_gate.DEFAULTS)
+    assert ids(result["fixed"]) == ["CVE-2023-53149", "CVE-2024-40998", "CVE-2025-22113", "CVE-2026-43288",
+                                    "CVE-2026-45858", "CVE-2026-45899", "CVE-2026-45942", "CVE-2026-45985",
+                                    "CVE-2026-74307", "CVE-2026-74308"]
+    assert result["carried"] == [] and result["new"] == []
+
+
+def test_a_new_record_fails_the_gate_and_is_listed_when_the_probe_is_incomplete():
+    def gate_of(cand_record):
+        base = {"host": "a", "record": record(BASE), "report": {"kernel": kernel("6.1.50"), "findings": []}}
+        cand = {"host": "b", "record": cand_record, "report": {"kernel": kernel("6.6.10"), "findings": []}}
+        return kernel_gate.evaluate(base, cand, PLAN, records=RECORDS)
+    gate = gate_of(record(BASE))
+    assert gate["verdict"] == "fail"
+    assert [c for c in gate["failed_checks"] if c.startswith("new kernel record")] == [
+        "new kernel record CVE-2099-2 (data corruption): fixed in 6.6.50; host runs 6.6.10",
+        "new kernel record CVE-2099-4 (crash/BUG): fixed in 6.6.30; host runs 6.6.10"]
+    incomplete = gate_of(record([], status="failed"))
+    assert incomplete["verdict"] == "incomplete" and ids(incomplete["kernel_records"]["new"]) == ids(gate["kernel_records"]["new"])
+
+
+def test_markdown_lists_the_three_record_lists_escaped():
+    gate = kernel_gate.evaluate({"host": "a", "record": record(BASE), "report": {"kernel": kernel("6.1.50")}},
+                                {"host": "b", "record": record(BASE), "report": {"kernel": kernel("6.6.10")}},
+                                PLAN, records=RECORDS)
+    gate["candidate"]["upstream"] = "6.6.10 <b>x</b>"      # host data, as a tampered report would carry it
+    gate["kernel_records"]["carried"][0]["reason"] = "runs *6.6* <i>"
+    text = kernel_gate.markdown(gate, cli.reports.md)
+    assert "### ext4/jbd2 kernel records (kernel CNA data of 2026-08-21)" in text
+    assert "<b>" not in text and "<i>" not in text and "*6.6*" not in text
+    assert "Upstream 6.1.50 -> 6.6.10 &lt;b&gt;x&lt;/b&gt;: 3 new in the candidate, 1 still carried by the candidate, " \
+        "1 fixed by the upgrade." in text
+    assert "- [CVE-2099-5](https://nvd.nist.gov/vuln/detail/CVE-2099-5) hang/deadlock: ext4: record 5 (runs \\*6.6\\* &lt;i&gt;)" in text
+    for title, count in (("New in the candidate", 3), ("Still carried by the candidate", 1), ("Fixed by the upgrade", 1)):
+        assert "**%s (%d)**" % (title, count) in text
+    assert "- FAIL [CVE-2099-2](https://nvd.nist.gov/vuln/detail/CVE-2099-2) data corruption: ext4: record 2" in text
+    assert "- [CVE-2099-3](https://nvd.nist.gov/vuln/detail/CVE-2099-3) leak: ext4: record 3" in text
+    assert [title for _, title in kernel_gate.RECORD_LISTS] == [
+        "New in the candidate", "Still carried by the candidate", "Fixed by the upgrade"]
+
+
+def test_cli_record_fail_classes(tmp_path, capsys):
+    from ext4audit import probe
+    run = tmp_path / "run"
+    (run / "probe").mkdir(parents=True)
+    (run / "hosts").mkdir()
+    (run / "probe" / "plan.json").write_text(json.dumps(probe.make_plan(1, 64)))
+    # 6.12.117 -> 6.1.192: a downgrade brings back the records 6.1.y never fixed (crash/BUG and data corruption)
+    for name, upstream in (("old", "6.12.117"), ("new", "6.1.192")):
+        rec = record(BASE)
+        rec["host"] = name
+        rec["result"].update(schema="ext4-fleet-audit/probe-result/v1", kernel="k", duration_s=1.0)
+        (run / "probe" / (name + ".json")).write_text(json.dumps(rec))
+        (run / "hosts" / (name + ".json")).write_text(json.dumps({"host": name, "kernel": kernel(upstream), "findings": []}))
+    argv = ["kernel-gate", str(run), "--baseline", "old", "--candidate", "new"]
+    assert cli.main(argv) == 1
+    assert "new kernel record CVE-2025-22113 (crash/BUG)" in capsys.readouterr().out
+    assert cli.main(argv + ["--record-fail-classes", "hang/deadlock, memory safety"]) == 1
+    assert cli.main(argv + ["--record-fail-classes", ""]) == 0
+    assert len(json.loads((run / "kernel_gate.json").read_text())["kernel_records"]["new"]) == 10
+    assert cli.main(argv + ["--record-fail-classes", "data corruption,crashes"]) == 2
+    assert "error: record_fail_classes: 'crashes' not among the records' classes" in capsys.readouterr().err

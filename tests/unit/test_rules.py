@@ -167,9 +167,9 @@ def test_stripe_rule_needs_kernel_and_stripe():
 
 def test_mb_optimize_scan_by_groups_and_option():
     # 2 GiB, 32768 blocks per group -> 16 groups: mb_optimize_scan on by default.
-    assert rules(facts(kernel=kernel("5.15.30")))["KERNEL_MB_OPTIMIZE_SCAN_REGRESSION"] == "low"
+    assert rules(facts(kernel=kernel("5.15.40")))["KERNEL_MB_OPTIMIZE_SCAN_REGRESSION"] == "low"
     assert "KERNEL_MB_OPTIMIZE_SCAN_REGRESSION" not in rules(
-        facts(kernel=kernel("5.15.30"), options=with_options("mb_optimize_scan=0")))
+        facts(kernel=kernel("5.15.40"), options=with_options("mb_optimize_scan=0")))
     assert "KERNEL_MB_OPTIMIZE_SCAN_REGRESSION" not in rules(facts(kernel=kernel("6.1.70")))
 
 
@@ -204,7 +204,7 @@ def test_evidence_names_the_facts():
 def test_evidence_order_and_missing_lists_are_pinned():
     # Reports show evidence in reading order (dict equality would not notice a reordering).
     findings, undetermined, _ = engine.evaluate_host(facts(
-        options=with_options("nodelalloc", "nobarrier"), kernel=kernel("5.15.30"),
+        options=with_options("nodelalloc", "nobarrier"), kernel=kernel("5.15.40"),
         queue={"write_cache": "write back"}), CATALOG)
     assert [(f["rule"], list(f["evidence"].items())) for f in findings] == [
         ("EXT4_DIOREAD_NOLOCK_NODELALLOC", [("opt.dioread_nolock", True), ("opt.delalloc", False)]),

@@ -105,6 +105,34 @@ def test_the_upgrade_gate_compared_the_two_kernels_treatment_by_treatment():
     assert "Wilcoxon signed-rank p" in text and "paired treatments" in text
 
 
+# ext4/jbd2 kernel CNA records open on each side (fixed / still carried / new), by the two kernels'
+# upstream versions, counted here on rules/kernel_cna_records.json of 2026-08-21. A new pin (or a
+# refreshed data file) needs its counts measured and added.
+RECORD_COUNTS = {("6.1.192", "6.12.117"): {"fixed": 10, "carried": 0, "new": 0}}
+
+
+def test_the_upgrade_gate_lists_the_kernel_records_fixed_carried_and_new():
+    gate = GATES["upgrade"]
+    records = gate["kernel_records"]
+    assert records["unknown"] == []
+    upstreams = (gate["baseline"]["upstream"], gate["candidate"]["upstream"])
+    assert upstreams in RECORD_COUNTS, "kernels %s -> %s: measure their record counts" % upstreams
+    assert {key: len(records[key]) for key in ("fixed", "carried", "new")} == RECORD_COUNTS[upstreams]
+    # every record fixed by 6.12 was open on 6.1 because 6.1.y has no fix for it
+    assert all(item["reason"].startswith("no fix in this branch (6.1)") for item in records["fixed"]), records["fixed"]
+    assert not [check for check in gate["failed_checks"] if check.startswith("new kernel record")]
+    text = md("upgrade")
+    for key, title in (("new", "New in the candidate"), ("carried", "Still carried by the candidate"),
+                       ("fixed", "Fixed by the upgrade")):
+        assert "**%s (%d)**" % (title, len(records[key])) in text
+    assert all("[%s](https://nvd.nist.gov/vuln/detail/%s)" % (item["id"], item["id"]) in text for item in records["fixed"])
+
+
+def test_the_same_kernel_on_both_sides_fixes_and_adds_no_record():
+    records = GATES["injected_vs_before"]["kernel_records"]
+    assert records["fixed"] == [] and records["new"] == []
+
+
 def test_the_injected_regression_fails_against_the_candidate_before_it():
     gate = GATES["injected_vs_before"]
     d = check_complete(gate, CANDIDATE, CANDIDATE)
