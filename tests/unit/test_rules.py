@@ -309,12 +309,141 @@ def test_every_rule_traces_to_a_source():
     ({"when": {"fact": "opt.data", "equals": "x"}}, "fact predicate"),
     ({"when": {"kernel_issue": "NOPE"}}, "unknown kernel issue"),
     ({"remediation": {"steps": "x"}}, "remediation"),
+    ({"kind": None}, "has no kind"),
+    ({"kind": "speed"}, "kind 'speed' is not one of"),
+    ({"kind": "performance", "severity": "high"}, "severity high is above medium"),
+    ({"kind": "performance", "escalate": [{"when": {"fact": "opt.data", "eq": "x"}, "severity": "high",
+                                           "because": "x"}]}, "severity high is above medium"),
 ])
 def test_catalog_validation(tmp_path, broken, message):
     import yaml
     doc = yaml.safe_load(open(os.path.join(catalog_mod.RULES_DIR, "catalog.yml")))
     doc["rules"][0].update(broken)
+    doc["rules"][0] = dict((k, v) for k, v in doc["rules"][0].items() if v is not None)
     (tmp_path / "catalog.yml").write_text(yaml.safe_dump(doc))
     (tmp_path / "kernel_issues.yml").write_text(open(os.path.join(catalog_mod.RULES_DIR, "kernel_issues.yml")).read())
     with pytest.raises(catalog_mod.CatalogError, match=message):
         catalog_mod.load(str(tmp_path))
+
+
+# ------------------------------------------------------------ the traps added in the catalog review
+def sb_with(**changes):
+    sb = copy.deepcopy(DEFAULT_SB)
+    sb.update(changes)
+    return sb
+
+
+def test_errors_recorded_in_the_superblock():
+    errors = p.parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.47-errors-recorded.txt"))
+    findings = engine.evaluate_host(facts(sb=errors), CATALOG)[0]
+    found = [f for f in findings if f["rule"] == "EXT4_ERRORS_RECORDED"][0]
+    assert found["severity"] == "high"
+    assert found["message"] == '/data: the superblock records errors (state "clean with errors", error count 7).'
+    assert "EXT4_ERRORS_RECORDED" not in rules(facts())
+    # Either sign alone is enough: the state flag or the count.
+    assert rules(facts(sb=sb_with(error_count=1)))["EXT4_ERRORS_RECORDED"] == "high"
+    assert rules(facts(sb=sb_with(state="not clean with errors", error_count=0)))["EXT4_ERRORS_RECORDED"] == "high"
+    assert "EXT4_ERRORS_RECORDED" not in rules(facts(sb=sb_with(state="not clean", error_count=0)))
+
+
+@pytest.mark.parametrize("options, expected", [
+    (["norecovery"], "high"),
+    (["noload"], "high"),
+    (["ro", "norecovery"], None),   # the documented read-only inspection
+    ([], None),
+])
+def test_norecovery_on_a_read_write_mount(options, expected):
+    assert rules(facts(options=with_options(*options))).get("EXT4_NORECOVERY") == expected
+
+
+@pytest.mark.parametrize("free_inodes, expected", [
+    (101, None),        # 89.9% in use
+    (100, "medium"),    # 90%
+    (21, "medium"),     # 97.9%
+    (20, "high"),       # 98%
+    (0, "high"),
+])
+def test_inode_exhaustion(free_inodes, expected):
+    assert rules(facts(sb=sb_with(inode_count=1000, free_inodes=free_inodes))).get(
+        "EXT4_INODES_NEARLY_EXHAUSTED") == expected
+
+
+LIMIT_BLOCKS = 2 ** 32  # 16 TiB at 4 KiB blocks
+
+
+@pytest.mark.parametrize("features_without, block_count, device_bytes, fstype, expected", [
+    ("64bit", LIMIT_BLOCKS // 2 - 1, None, "ext4", None),              # below half the limit
+    ("64bit", LIMIT_BLOCKS // 2, None, "ext4", "low"),                 # 8 TiB: one doubling reaches 16 TiB
+    ("64bit", LIMIT_BLOCKS // 2, LIMIT_BLOCKS * 4096 - 4096, "ext4", "low"),
+    ("64bit", LIMIT_BLOCKS // 2, LIMIT_BLOCKS * 4096, "ext4", "medium"),  # the device is at the limit already
+    ("64bit", 1 << 20, 20 << 40, "ext4", "medium"),                   # small fs on a 20 TiB device
+    (None, LIMIT_BLOCKS // 2, 20 << 40, "ext4", None),                # 64bit present
+    ("64bit", LIMIT_BLOCKS // 2, None, "ext3", None),                 # ext3 cannot take 64bit
+])
+def test_no_64bit_where_the_volume_can_grow_past_16_tib(features_without, block_count, device_bytes, fstype, expected):
+    sb = sb_with(block_count=block_count, features=[f for f in DEFAULT_SB["features"] if f != features_without])
+    tree = facts(sb=sb)
+    tree["filesystems"][0].update(fstype=fstype, device_bytes=device_bytes)
+    assert rules(tree).get("EXT4_NO_64BIT") == expected
+
+
+@pytest.mark.parametrize("mountpoint, options, expected", [
+    ("/var/lib/postgresql", [], "info"),
+    ("/var/lib/postgresql/16/main", [], "info"),
+    ("/var/lib/mysql", ["data_err=abort"], None),
+    ("/var/lib/mysql", ["data=writeback"], None),   # data_err is about ordered mode (EXT4_DATA_WRITEBACK covers this)
+    ("/var/lib/postgresqlx", [], None),
+    ("/data", [], None),
+])
+def test_data_err_ignore_on_database_volumes(mountpoint, options, expected):
+    tree = facts(options=with_options(*options))
+    tree["filesystems"][0]["mountpoint"] = mountpoint
+    assert rules(tree).get("EXT4_DATA_ERR_IGNORE_DATABASE") == expected
+
+
+def test_metadata_csum_absent():
+    no_csum = sb_with(features=[f for f in DEFAULT_SB["features"] if f != "metadata_csum"])
+    assert rules(facts(sb=no_csum))["EXT4_NO_METADATA_CSUM"] == "low"
+    assert "EXT4_NO_METADATA_CSUM" not in rules(facts())
+    ext3 = facts(sb=no_csum)
+    ext3["filesystems"][0]["fstype"] = "ext3"
+    assert "EXT4_NO_METADATA_CSUM" not in rules(ext3)
+
+
+def test_legacy_feature_set():
+    ext3 = p.parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.47-ext3.txt"))
+    findings = engine.evaluate_host(facts(sb=ext3), CATALOG)[0]
+    legacy = [f for f in findings if f["rule"] == "EXT4_LEGACY_FEATURES"][0]
+    assert legacy["severity"] == "low"
+    assert legacy["message"] == "/data: the filesystem lacks extent flex_bg huge_file, which mke2fs gives every ext4."
+    assert "EXT4_LEGACY_FEATURES" not in rules(facts())
+    for feature in ("extent", "flex_bg", "dir_index", "huge_file"):  # each one alone is enough
+        sb = sb_with(features=[f for f in DEFAULT_SB["features"] if f != feature])
+        assert rules(facts(sb=sb))["EXT4_LEGACY_FEATURES"] == "low", feature
+
+
+@pytest.mark.parametrize("mountpoint, reserved_blocks, expected", [
+    ("/data", (16 << 30) // 4096 - 1, None),
+    ("/data", (16 << 30) // 4096, "low"),     # 16 GiB at 4 KiB blocks
+    ("/", (64 << 30) // 4096, None),          # the root keeps its reserve
+])
+def test_reserved_blocks_on_large_data_volumes(mountpoint, reserved_blocks, expected):
+    tree = facts(sb=sb_with(reserved_block_count=reserved_blocks))
+    tree["filesystems"][0]["mountpoint"] = mountpoint
+    assert rules(tree).get("EXT4_RESERVED_BLOCKS_LARGE") == expected
+
+
+@pytest.mark.parametrize("stripe, kind, optimal_io_size, expected", [
+    ("stripe=64", "virtual", 0, "low"),
+    ("stripe=64", "virtual", 1048576, "low"),  # a cloud volume's reported I/O size is no RAID
+    ("stripe=64", "disk", 0, "low"),
+    ("stripe=64", "loop", 0, "low"),
+    ("stripe=64", "disk", 262144, None),       # the disk reports a geometry (hardware RAID)
+    ("stripe=64", "md-raid", 0, None),
+    ("stripe=64", "device-mapper", 0, None),
+    ("stripe=0", "virtual", 0, None),
+])
+def test_stripe_on_a_volume_without_raid_geometry(stripe, kind, optimal_io_size, expected):
+    queue = {"write_cache": "write through", "rotational": 0, "device": "vdb", "kind": kind,
+             "optimal_io_size": optimal_io_size, "model": None}
+    assert rules(facts(options=with_options(stripe), queue=queue)).get("EXT4_STRIPE_WITHOUT_RAID") == expected
