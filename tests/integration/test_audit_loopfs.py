@@ -139,5 +139,5 @@ def test_check_mode_changes_nothing(fleet, tmp_path):
     assert recap and all(changed == "0" for _, changed in recap), out
     assert mount_snapshot() == before
     report = load_json(os.path.join(runs[0], "hosts", "localhost.json"))
-    assert by_mountpoint(report)[made["smalljournal"]["mountpoint"]]["EXT4_SMALL_JOURNAL"] == "high"
+    assert by_mountpoint(report)[made["smalljournal"]["mountpoint"]]["EXT4_SMALL_JOURNAL"] == "medium"
     assert report["probe"]["status"] == "skipped" and report["probe"]["reason"] == "check mode"
