@@ -223,8 +223,8 @@ def test_fast_commit_and_subpage():
 
 def test_journal_checksum_v2_is_not_a_finding():
     # set_journal_csum_feature_set() clears CSUM_V2 from the journal on every journalled mount
-    # (since db9ee220361d, 3.18): a mounted filesystem on a kernel that can run the audit never
-    # keeps it, so the rule was removed rather than left to flag nothing or stale images.
+    # (since journal checksum v3, db9ee220361d, 2014): a filesystem mounted by any kernel the
+    # audit supports never keeps it, so the rule was removed rather than kept unreachable.
     sb = copy.deepcopy(DEFAULT_SB)
     sb["journal_features"] = ["journal_incompat_revoke", "journal_checksum_v2"]
     assert rules(facts(sb=sb)) == rules(facts())
