@@ -356,6 +356,16 @@ def test_norecovery_on_a_read_write_mount(options, expected):
     assert rules(facts(options=with_options(*options))).get("EXT4_NORECOVERY") == expected
 
 
+def test_norecovery_and_data_err_as_the_kernel_prints_them():
+    noload = p.parse_ext4_options(fixture_text("ext4_options", "kernel-6.18-noload.txt"))  # mounted -o noload
+    assert rules(facts(options=noload))["EXT4_NORECOVERY"] == "high"
+    abort = p.parse_ext4_options(fixture_text("ext4_options", "kernel-6.18-data-err-abort.txt"))
+    for options, expected in ((abort, None), (DEFAULT_OPTIONS, "info")):
+        tree = facts(options=options)
+        tree["filesystems"][0]["mountpoint"] = "/var/lib/mysql"
+        assert rules(tree).get("EXT4_DATA_ERR_IGNORE_DATABASE") == expected
+
+
 @pytest.mark.parametrize("free_inodes, expected", [
     (101, None),        # 89.9% in use
     (100, "medium"),    # 90%
