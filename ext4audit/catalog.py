@@ -5,11 +5,15 @@ import re
 
 import yaml
 
-from . import ROOT, SEVERITIES
+from . import ROOT, SEVERITIES, severity_rank
 
 RULES_DIR = os.path.join(ROOT, "rules")
 SCOPES = ("filesystem", "netfs", "host")
-REQUIRED = ("id", "title", "scope", "severity", "when", "message", "rationale", "remediation",
+KINDS = ("data-safety", "performance", "operability")  # what a rule's finding puts at risk
+# A static performance finding must not fail the default gate (high) by itself: only its probe
+# confirmation, measured on the host's own kernel, may raise it above this.
+PERFORMANCE_CEILING = "medium"
+REQUIRED = ("id", "title", "scope", "kind", "severity", "when", "message", "rationale", "remediation",
             "references", "tags")
 OPERATORS = ("eq", "ne", "lt", "lte", "gt", "gte", "in", "contains", "present")
 PROBE_ID = re.compile(r"^[a-z0-9_]+$")  # a rule's confirmation probe id (shown as code in reports)
@@ -61,9 +65,14 @@ def _check_rule(rule, issues):
             raise CatalogError("rule %s has no %s" % (rid, field))
     if rule["scope"] not in SCOPES:
         raise CatalogError("rule %s: scope %r is not one of %s" % (rid, rule["scope"], SCOPES))
+    if rule["kind"] not in KINDS:
+        raise CatalogError("rule %s: kind %r is not one of %s" % (rid, rule["kind"], KINDS))
     for entry in [rule] + list(rule.get("escalate") or []):
         if entry["severity"] not in SEVERITIES:
             raise CatalogError("rule %s: severity %r is not one of %s" % (rid, entry["severity"], SEVERITIES))
+        if rule["kind"] == "performance" and severity_rank(entry["severity"]) > severity_rank(PERFORMANCE_CEILING):
+            raise CatalogError("rule %s: severity %s is above %s, the most a static performance finding may "
+                               "have (a confirmation may raise it)" % (rid, entry["severity"], PERFORMANCE_CEILING))
         _check_predicate(rid, entry["when"], issues)
     if not {"steps", "cost"} <= set(rule["remediation"]):
         raise CatalogError("rule %s: remediation needs steps and cost" % rid)

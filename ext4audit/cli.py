@@ -188,16 +188,16 @@ def cmd_kernel_gate(args):
 def cmd_rules(args):
     """The rule list as a Markdown table (the README's copy is checked against this)."""
     catalog = catalog_mod.load(args.rules_dir)
-    print("| id | severity | scope | seed | title |")
-    print("|---|---|---|---|---|")
+    print("| id | severity | kind | scope | seed | title |")
+    print("|---|---|---|---|---|---|")
     for rule in catalog.rules:
         # The highest level a finding can reach: by an escalate entry or by a probe confirmation.
         raised = [e["severity"] for e in rule.get("escalate") or []]
         raised += [rule["confirmation"]["escalate_to"]] if rule.get("confirmation") else []
         ceiling = max(raised, key=severity_rank, default=rule["severity"])
         escalation = " (up to %s)" % ceiling if severity_rank(ceiling) > severity_rank(rule["severity"]) else ""
-        print("| `%s` | %s%s | %s | %s | %s |" % (rule["id"], rule["severity"], escalation, rule["scope"],
-                                                rule.get("seed") or "-", rule["title"]))
+        print("| `%s` | %s%s | %s | %s | %s | %s |" % (rule["id"], rule["severity"], escalation, rule["kind"],
+                                                     rule["scope"], rule.get("seed") or "-", rule["title"]))
     return 0
 
 

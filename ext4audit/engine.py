@@ -16,6 +16,14 @@ from . import severity_rank
 
 _VERSION = re.compile(r"^\d+\.\d+")
 _DEFAULT_ON = {"user_xattr", "acl", "block_validity"}  # baked-in defaults not worth mentioning
+# The features mke2fs has given every ext4 since 1.41 (misc/mke2fs.conf.in); without them a
+# filesystem keeps ext2/ext3-era block maps, linear directories and a 2 TiB file limit.
+_EXT4_BASE_FEATURES = ("extent", "flex_bg", "dir_index", "huge_file")
+# Data directories of common databases: a filesystem mounted at one of these (or below) holds one.
+_DATABASE_DIRS = ("/var/lib/mysql", "/var/lib/mariadb", "/var/lib/postgresql", "/var/lib/pgsql",
+                  "/var/lib/mongodb", "/var/lib/cassandra", "/var/lib/etcd", "/var/lib/redis",
+                  "/var/lib/elasticsearch", "/var/lib/clickhouse", "/var/lib/influxdb")
+_BLOCK_NUMBERS_32BIT = 2 ** 32  # without the 64bit feature, block numbers are 32 bits wide
 
 
 def filesystem_context(fs, facts, option_maps=None):
@@ -36,6 +44,8 @@ def filesystem_context(fs, facts, option_maps=None):
         "journal_present": None, "journal_ratio": None, "journal_default_bytes": None,
         "mb_optimize_scan": None, "stripe": None, "block_smaller_than_page": None,
         "fstab_drift_count": len(fs.get("fstab_drift") or []),
+        "inode_use": None, "reserved_bytes": None, "growth_room_32bit": None, "missing_ext4_features": None,
+        "database_volume": _under_any(fs.get("mountpoint"), _DATABASE_DIRS),
     }
     if sb:
         derived["journal_present"] = "has_journal" in sb["features"]
@@ -49,6 +59,16 @@ def filesystem_context(fs, facts, option_maps=None):
             derived["mb_optimize_scan"] = groups >= 16  # MB_DEFAULT_LINEAR_SCAN_THRESHOLD
         if sb.get("block_size") and kernel.get("page_size"):
             derived["block_smaller_than_page"] = sb["block_size"] < kernel["page_size"]
+        if sb.get("inode_count") and sb.get("free_inodes") is not None:
+            derived["inode_use"] = (sb["inode_count"] - sb["free_inodes"]) / float(sb["inode_count"])
+        if sb.get("block_size") and sb.get("reserved_block_count") is not None:
+            derived["reserved_bytes"] = sb["reserved_block_count"] * sb["block_size"]
+        if sb.get("block_size") and sb.get("block_count"):
+            # How far the volume (the filesystem, or its device if that is larger already) can
+            # grow before it reaches what 32-bit block numbers address (16 TiB at 4 KiB blocks).
+            volume = max(sb["block_count"] * sb["block_size"], fs.get("device_bytes") or 0)
+            derived["growth_room_32bit"] = _BLOCK_NUMBERS_32BIT * sb["block_size"] / float(volume)
+        derived["missing_ext4_features"] = [f for f in _EXT4_BASE_FEATURES if f not in sb["features"]]
     elif fs.get("options_source") == "proc":
         derived["journal_present"] = "data" in opt  # ext4 prints data= only with a journal
     if "mb_optimize_scan" in opt:  # printed only when it contradicts the group-count default
@@ -59,6 +79,13 @@ def filesystem_context(fs, facts, option_maps=None):
         derived["stripe"] = sb.get("raid_stripe_width") or sb.get("raid_stride") or 0
     return {"opt": opt, "sb": sb, "queue": fs.get("queue"), "jbd2": fs.get("jbd2"), "fs": fs,
             "kernel": kernel, "derived": derived, "options_complete": fs.get("options_source") == "proc"}
+
+
+def _under_any(path, directories):
+    """Is path one of directories or below one? None when the path is unknown."""
+    if not path:
+        return None
+    return any(path == d or path.startswith(d + "/") for d in directories)
 
 
 def host_context(facts):
@@ -235,6 +262,18 @@ def _mib(value):
     return "%g" % (value / 1048576.0) if value else "?"
 
 
+def _percent(ratio):
+    return None if ratio is None else "%.1f" % (ratio * 100)
+
+
+def _gib(value):
+    return "%.1f" % (value / 2.0 ** 30) if value else None
+
+
+def _tib(value):
+    return "%.2f" % (value / 2.0 ** 40) if value else None
+
+
 def _baked(fields):
     baked = sorted(name if value is True else ("no" + name if value is False else "%s=%s" % (name, value))
                    for name, value in ext4_parsers.superblock_option_map(fields.sb).items() if name not in _DEFAULT_ON)
@@ -259,6 +298,16 @@ _FIELDS = {
     "fstab_unresolved": lambda f: "; ".join("line %s: %s (%s)" % (e["line"], e["spec"], e["mountpoint"])
                                             for e in f.image.get("fstab_unresolved") or []),
     "kernel_notes": lambda f: "; ".join(f.kernel.get("notes") or []),
+    "state": lambda f: f.sb.get("state"), "error_count": lambda f: f.sb.get("error_count"),
+    "inode_count": lambda f: f.sb.get("inode_count"),
+    "inode_use_pct": lambda f: _percent(f.derived.get("inode_use")),
+    "missing_features": lambda f: " ".join(f.derived.get("missing_ext4_features") or []),
+    "reserved_gib": lambda f: _gib(f.derived.get("reserved_bytes")),
+    "size_tib": lambda f: _tib((f.sb.get("block_count") or 0) * (f.sb.get("block_size") or 0)),
+    "device_tib": lambda f: _tib(f.fs.get("device_bytes")),
+    "limit_tib": lambda f: _tib(_BLOCK_NUMBERS_32BIT * (f.sb.get("block_size") or 0)),
+    "disk_kind": lambda f: (f.fs.get("queue") or {}).get("kind"),
+    "disk": lambda f: (f.fs.get("queue") or {}).get("device"),
 }
 
 

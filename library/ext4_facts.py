@@ -90,14 +90,17 @@ import stat
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.ext4_parsers import (
     EXT4_DRIVER_TYPES, NETFS_TYPES, ParseError, fstab_drift, infer_options, option_map, parse_dumpe2fs,
-    parse_ext4_options, parse_fstab, parse_jbd2_info, parse_mountinfo, parse_os_release,
+    parse_ext4_options, parse_fstab, parse_jbd2_info, parse_mountinfo, parse_os_release, volume_kind,
 )
 from ansible.module_utils.kernel_version import identify
 
 
-def read_text(path):
+SYSFS_READ_LIMIT = 4096  # a sysfs attribute is at most a page
+
+
+def read_text(path, limit=-1):
     with open(path, "rb") as handle:
-        return handle.read().decode("utf-8", "backslashreplace")
+        return handle.read(limit).decode("utf-8", "backslashreplace")
 
 
 class Collector:
@@ -111,9 +114,9 @@ class Collector:
     def error(self, where, reason):
         self.errors.append({"where": where, "reason": reason})
 
-    def read(self, path, where):
+    def read(self, path, where, limit=-1):
         try:
-            return read_text(path)
+            return read_text(path, limit)
         except (IOError, OSError) as exc:
             self.error(where, "%s: %s" % (path, exc.strerror or exc))
             return None
@@ -197,7 +200,10 @@ class Collector:
             "superblock": None,
             "jbd2": None,
             "queue": self.queue(sysdev, where),
+            "device_bytes": self.sysfs_value(os.path.join(sysdev, "size"), int, where),
         }
+        if fs["device_bytes"] is not None:
+            fs["device_bytes"] *= 512  # /sys/.../size counts 512-byte sectors whatever the block size
         if self.params["superblock"]:
             fs["superblock"] = self.superblock(mount, kname, where)
         fs["options"], fs["options_source"] = self.effective_options(mount, kname, fs["superblock"], where)
@@ -284,16 +290,26 @@ class Collector:
             queue_dir = os.path.join(sysdev, "..", "queue")
         if not os.path.isdir(queue_dir):
             return None
-        facts = {"device": os.path.basename(os.path.realpath(os.path.join(queue_dir, "..")))}
-        for name, kind in (("rotational", int), ("write_cache", str), ("discard_max_bytes", int)):
+        disk_dir = os.path.join(queue_dir, "..")
+        facts = {"device": os.path.basename(os.path.realpath(disk_dir))}
+        for name, kind in (("rotational", int), ("write_cache", str), ("discard_max_bytes", int),
+                           ("optimal_io_size", int)):
             path = os.path.join(queue_dir, name)
             if os.path.exists(path):
-                text = self.read(path, where)
-                try:
-                    facts[name] = kind(text.strip()) if text is not None else None
-                except ValueError:
-                    self.error(where, "%s: unexpected value %r" % (path, text[:40]))
+                facts[name] = self.sysfs_value(path, kind, where)
+        model_path = os.path.join(disk_dir, "device", "model")  # SCSI, ATA and NVMe disks have one
+        facts["model"] = self.sysfs_value(model_path, str, where) if os.path.exists(model_path) else None
+        facts["kind"] = volume_kind(facts["device"], facts["model"])
         return facts
+
+    def sysfs_value(self, path, kind, where):
+        """One sysfs attribute as kind (int or str), or None (recorded) if unreadable or malformed."""
+        text = self.read(path, where, SYSFS_READ_LIMIT)
+        try:
+            return kind(text.strip()) if text is not None else None
+        except ValueError:
+            self.error(where, "%s: unexpected value %r" % (path, text[:40]))
+            return None
 
 
 def main():

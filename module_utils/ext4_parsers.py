@@ -261,6 +261,8 @@ def parse_dumpe2fs(text):
         "block_count": integer("Block count"),
         "blocks_per_group": integer("Blocks per group"),
         "inode_count": integer("Inode count"),
+        "free_inodes": integer("Free inodes"),
+        "reserved_block_count": integer("Reserved block count"),
         "inode_size": integer("Inode size"),
         "features": [] if features == ["(none)"] else features,
         "errors_behavior": raw.get("Errors behavior", "").lower() or None,
@@ -274,7 +276,8 @@ def parse_dumpe2fs(text):
         "fast_commit_blocks": integer("Fast commit length"),
         "journal_device": raw.get("Journal device"),
         "state": raw.get("Filesystem state"),
-        "error_count": integer("FS Error count") or 0,  # printed only when there are errors
+        # s_error_count: printed only when nonzero (e2fsprogs lib/e2p/ls.c), so absent means 0.
+        "error_count": integer("FS Error count") or 0,
         "e2fsprogs_fields": "total" if "Total journal size" in raw else "legacy",
     }
     blocks = integer("Total journal blocks") or integer("Journal length")
@@ -287,6 +290,29 @@ def parse_dumpe2fs(text):
         if block_size:
             sb["journal_blocks"] = sb["journal_bytes"] // block_size
     return sb
+
+
+# Disk models of virtual and cloud block volumes (sysfs device/model, compared case-insensitively):
+# no RAID geometry of their own that a stripe could follow.
+VIRTUAL_DISK_MODELS = ("amazon elastic block store", "persistentdisk", "virtual disk", "qemu harddisk",
+                       "blockvolume")
+VIRTUAL_DISK_PREFIXES = ("vd", "xvd", "rbd", "nbd")  # virtio-blk, Xen, Ceph RBD, network block device
+
+
+def volume_kind(disk, model):
+    """What the whole disk under a filesystem is: md-raid, device-mapper, loop, virtual or disk.
+
+    disk: the kernel name (md127, dm-0, nvme0n1, vda); model: sysfs device/model or None."""
+    disk = disk or ""
+    if disk.startswith("md"):
+        return "md-raid"
+    if disk.startswith("dm-"):
+        return "device-mapper"  # LVM, LUKS, multipath or dm-raid: cannot tell a stripe from here
+    if disk.startswith("loop"):
+        return "loop"
+    if disk.startswith(VIRTUAL_DISK_PREFIXES) or any(m in (model or "").lower() for m in VIRTUAL_DISK_MODELS):
+        return "virtual"
+    return "disk"
 
 
 def superblock_option_map(sb):

@@ -55,3 +55,26 @@ def test_check_mode_is_supported():
                              "-a", env_args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = result.stdout.decode()
     assert result.returncode == 0 and "localhost | SUCCESS" in out and "changed: false" in out, out
+
+
+def test_volume_facts_reach_the_new_rules(loopfs, tmp_path):
+    """The facts the catalog review added, read by the real module from real loop filesystems:
+    the disk kind and reported I/O size (a loop device has no RAID geometry), the device size, the
+    superblock counts, and the norecovery option as the kernel prints it."""
+    from ext4audit import catalog as catalog_mod, engine
+    striped = loopfs.make("striped", size="256M", mkfs_args=["-E", "stride=16,stripe_width=64"])
+    unjournalled = loopfs.make("noload", size="256M", mount_options="noload")
+    facts = run_module("fstab_path=%s" % (tmp_path / "nope"), tmp_path)["ext4_facts"]
+    mine = dict((fs["mountpoint"], fs) for fs in facts["filesystems"])
+    fs = mine[striped["mountpoint"]]
+    assert fs["queue"]["kind"] == "loop" and fs["queue"]["optimal_io_size"] == 0
+    assert fs["device_bytes"] == 256 << 20
+    sb = fs["superblock"]
+    assert sb["error_count"] == 0 and sb["state"] == "clean"
+    assert 0 < sb["free_inodes"] < sb["inode_count"] and sb["reserved_block_count"] > 0
+    assert "norecovery" in mine[unjournalled["mountpoint"]]["options"]
+    facts["filesystems"] = [fs, mine[unjournalled["mountpoint"]]]
+    findings = engine.evaluate_host(facts, catalog_mod.load())[0]
+    found = dict(((f["mountpoint"], f["rule"]), f["severity"]) for f in findings)
+    assert found[(striped["mountpoint"], "EXT4_STRIPE_WITHOUT_RAID")] == "low"
+    assert found[(unjournalled["mountpoint"], "EXT4_NORECOVERY")] == "high"

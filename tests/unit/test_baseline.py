@@ -35,7 +35,9 @@ def record(host, *mounts, status="audited"):
 
 DEFAULTS = with_options()
 NOBARRIER = with_options("nobarrier")          # EXT4_NOBARRIER: high
-NODELALLOC = with_options("nodelalloc")        # EXT4_DIOREAD_NOLOCK_NODELALLOC: low
+# nodelalloc ends the rename finding; discard is EXT4_ONLINE_DISCARD: low (nodelalloc alone is no
+# finding on this 6.18 kernel, which ignores dioread_nolock without delalloc).
+NODELALLOC_DISCARD = with_options("nodelalloc", "discard")
 
 
 def make_run(tmp_path, name, records):
@@ -124,12 +126,12 @@ def test_fail_on_new_counts_only_new_failing_findings():
 @pytest.fixture
 def two_runs(tmp_path):
     """run-1: host a with nobarrier on /data (high) and defaults on /srv; host b. run-2: /srv got
-    nodelalloc (one new low finding), b is gone, c is new."""
+    nodelalloc and discard (one new low finding), b is gone, c is new."""
     first = make_run(tmp_path, "run-1", [record("a", ("/data", NOBARRIER), ("/srv", DEFAULTS)),
                                          record("b", ("/data", DEFAULTS))])
     rc, out, err = cli("report", first)
     assert rc == 1, (out, err)
-    second = make_run(tmp_path, "run-2", [record("a", ("/data", NOBARRIER), ("/srv", NODELALLOC)),
+    second = make_run(tmp_path, "run-2", [record("a", ("/data", NOBARRIER), ("/srv", NODELALLOC_DISCARD)),
                                           record("c", ("/data", DEFAULTS))])
     return first, second
 
@@ -146,8 +148,8 @@ def test_report_with_a_baseline(two_runs):
     assert set(diff) >= {"run_id", "new", "resolved", "persisting", "hosts_added", "hosts_removed"}
     assert diff["run_id"] == "run-1" and diff["hosts_added"] == ["c"] and diff["hosts_removed"] == ["b"]
     news = dict(((e["host"], e["rule"], e["mountpoint"]), e["why"]) for e in diff["new"])
-    assert [k for k in news if k[0] == "a"] == [("a", "EXT4_DIOREAD_NOLOCK_NODELALLOC", "/srv")]
-    assert news[("a", "EXT4_DIOREAD_NOLOCK_NODELALLOC", "/srv")] == "new"
+    assert [k for k in news if k[0] == "a"] == [("a", "EXT4_ONLINE_DISCARD", "/srv")]
+    assert news[("a", "EXT4_ONLINE_DISCARD", "/srv")] == "new"
     assert sorted(k[1] for k in news if k[0] == "c") == ["EXT4_AUTO_DA_ALLOC_RENAME", "EXT4_ERRORS_CONTINUE"]
     assert all(why == "host_added" for (host, _, _), why in news.items() if host == "c")
     # nodelalloc turned delalloc off on /srv: its rename finding is resolved; host b's are not
@@ -162,7 +164,7 @@ def test_report_with_a_baseline(two_runs):
     assert "Hosts removed (1): b" in markdown and "| resolved | a | EXT4\\_AUTO\\_DA\\_ALLOC\\_RENAME | info | /srv |" in markdown
     host_a = json.load(open(os.path.join(second, "hosts", "a.json")))
     marks = dict((f["mountpoint"] + " " + f["rule"], f["baseline"]) for f in host_a["findings"])
-    assert marks["/data EXT4_NOBARRIER"] == "persisting" and marks["/srv EXT4_DIOREAD_NOLOCK_NODELALLOC"] == "new"
+    assert marks["/data EXT4_NOBARRIER"] == "persisting" and marks["/srv EXT4_ONLINE_DISCARD"] == "new"
     assert cli("gate", second)[0] == 1  # without fail_on_new the old high finding fails the gate
 
 

@@ -97,7 +97,7 @@ def probe_record(host, mountpoint, scale=1):
 
 
 WAIVERS = waivers_mod.parse({"waivers": [
-    {"rule": "EXT4_DIOREAD_NOLOCK_NODELALLOC", "hosts": ["db-1"], "justification": "TiKV <needs> nodelalloc",
+    {"rule": "EXT4_ONLINE_DISCARD", "hosts": ["db-1"], "justification": "thin <LUN> needs discard",
      "approver": "storage-team", "expires": "2027-06-30"},
     {"rule": "EXT4_ERRORS_CONTINUE", "hosts": ["db-1"], "justification": "legacy", "approver": "ops",
      "expires": "2026-01-01"}]})
@@ -126,7 +126,7 @@ def hostile_catalog(tmp_path_factory):
 def make_run(run_dir, catalog, with_probe=True, unreachable_incomplete=False):
     """Host reports and summary as `report` makes them; the raw probe records go to run_dir/probe."""
     records = [record(HOSTILE, "nobarrier", mountpoint=HOSTILE),
-               record("db-1", "nodelalloc", "data=writeback"),
+               record("db-1", "nodelalloc", "discard", "data=writeback"),
                record("gone-2", status="unreachable", reason="ssh: <connect> refused")]
     probes = {HOSTILE: probe_record(HOSTILE, HOSTILE)} if with_probe else None
     if with_probe:
@@ -184,7 +184,7 @@ def test_host_strings_and_rule_text_are_text_never_markup(rendered):
     assert parsed.text.count(HOSTILE) >= 5, parsed.text
     assert "&lt;script&gt;window.__pwned=1&lt;/script&gt; &#34;q&#34; $(id) `x`\nname" in page
     assert RULE_MARKUP in parsed.text and "&lt;img src=x onerror=&#34;window.__pwned=2&#34;&gt;" in page
-    assert "ssh: <connect> refused" in parsed.text and "TiKV <needs> nodelalloc" in parsed.text
+    assert "ssh: <connect> refused" in parsed.text and "thin <LUN> needs discard" in parsed.text
     # a javascript: reference is shown, never linked
     assert "javascript:window.__pwned=3" in parsed.text
     assert not [a for t, a in parsed.tags if t == "a" and not a["href"].startswith(("#", "https://", "http://"))]
@@ -215,7 +215,7 @@ def test_fleet_table_rows_counts_and_controls(rendered):
     table = Page(body + "</table>").rows
     assert table[0] == ["host", "status", "worst", "critical", "high", "medium", "low", "info", "waived", "errors",
                         "probe"]
-    # db-1: data=writeback high, errors=continue info (its waiver expired), nodelalloc waived
+    # db-1: data=writeback high, errors=continue info (its waiver expired), discard waived
     assert table[2] == ["db-1", "audited", "high", "0", "1", "0", "0", "1", "1", "0", "-"]
     assert table[1][0] == HOSTILE and table[1][-1] == "ran"
 
@@ -223,8 +223,8 @@ def test_fleet_table_rows_counts_and_controls(rendered):
 def test_findings_waivers_and_expired_waivers_are_marked(rendered):
     page, summary, catalog = rendered
     db = Page(host_section(page, 1)).text
-    assert "Waiver (active): TiKV <needs> nodelalloc; approved by storage-team; expires 2027-06-30" in db
-    assert re.search(r"EXT4_DIOREAD_NOLOCK_NODELALLOC .*\n\s*waived\b", db)
+    assert "Waiver (active): thin <LUN> needs discard; approved by storage-team; expires 2027-06-30" in db
+    assert re.search(r"EXT4_ONLINE_DISCARD .*\n\s*waived\b", db)
     assert "waiver expired 2026-01-01T00:00:00Z" in db
     assert "Waiver (expired): legacy; approved by ops; expired 2026-01-01T00:00:00Z" in db
     # expired waivers are listed at the top too

@@ -38,8 +38,8 @@ BOUNDARIES = {
         [("5.5.0-rc7", False), ("5.5.0", True), ("5.9.3", True), ("5.9.4", False)],
     ("DIOREAD_NOLOCK_NODELALLOC_UNMERGED", "alibaba", "4.19.24-9.al7", "4.19.91-26.al7"):
         [("4.19.24-8.al7", False), ("4.19.24-9.al7", True), ("4.19.91-25.al7", True), ("4.19.91-26.al7", False)],
-    ("DIOREAD_NOLOCK_NODELALLOC_UNMERGED", "upstream", "5.6.0", "5.6.13"):
-        [("5.6.0-rc7", False), ("5.6.0", True), ("5.6.12", True), ("5.6.13", False)],
+    ("DIOREAD_NOLOCK_NODELALLOC_UNMERGED", "upstream", "2.6.34", "5.6.13"):
+        [("2.6.34-rc7", False), ("2.6.34", True), ("5.6.12", True), ("5.6.13", False)],
 }
 
 

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ROOT, free_port
 from ext4audit import SEVERITIES, reports
-from test_baseline import NOBARRIER, NODELALLOC, make_run, record
+from test_baseline import NOBARRIER, NODELALLOC_DISCARD, make_run, record
 from test_html import PLAN, probe_record
 from test_reports import cli
 
@@ -88,10 +88,10 @@ def report_text(tmp_path_factory):
     """ext4audit.prom as `ext4audit report` writes it for a run with every family: findings (one
     waived), an unreachable host, a probe and a baseline."""
     tmp_path = tmp_path_factory.mktemp("monitoring")
-    earlier = make_run(tmp_path, "run-1", [record("web-1", ("/data", NODELALLOC))])
+    earlier = make_run(tmp_path, "run-1", [record("web-1", ("/data", NODELALLOC_DISCARD))])
     rc, out, err = cli("report", earlier)
-    assert rc == 0, (out, err)  # nodelalloc is low: a pass
-    run = make_run(tmp_path, "run-2", [record("web-1", ("/data", NOBARRIER), ("/x", NODELALLOC)),
+    assert rc == 0, (out, err)  # discard is low: a pass
+    run = make_run(tmp_path, "run-2", [record("web-1", ("/data", NOBARRIER), ("/x", NODELALLOC_DISCARD)),
                                        record("db-2", ("/srv", NOBARRIER)),
                                        record("gone-3", status="unreachable")])
     os.mkdir(os.path.join(run, "probe"))

@@ -126,6 +126,33 @@ def test_dumpe2fs_details():
     assert "journal_checksum_v3" in csum["journal_features"]
 
 
+def test_dumpe2fs_errors_and_counts():
+    errors = p.parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.47-errors-recorded.txt"))
+    assert (errors["state"], errors["error_count"]) == ("clean with errors", 7)
+    default = p.parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.47-default-2g.txt"))
+    assert (default["state"], default["error_count"]) == ("clean", 0)  # no "FS Error count" line: none
+    assert (default["inode_count"], default["free_inodes"], default["reserved_block_count"]) == (131072, 131061, 26214)
+    centos = p.parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.42-centos7-root-orphan.txt"))
+    assert (centos["free_inodes"], centos["reserved_block_count"]) == (3205489, 544984)
+
+
+@pytest.mark.parametrize("disk, model, kind", [
+    ("md127", None, "md-raid"),
+    ("dm-0", None, "device-mapper"),
+    ("loop3", None, "loop"),
+    ("vda", None, "virtual"),
+    ("xvdf", None, "virtual"),
+    ("nvme1n1", "Amazon Elastic Block Store              ", "virtual"),
+    ("sdb", "PersistentDisk  ", "virtual"),
+    ("sda", "Virtual Disk    ", "virtual"),
+    ("sda", "Samsung SSD 870 ", "disk"),
+    ("nvme0n1", None, "disk"),
+    (None, None, "disk"),
+])
+def test_volume_kind(disk, model, kind):
+    assert p.volume_kind(disk, model) == kind
+
+
 def test_dumpe2fs_size_units_without_blocks():
     text = "Block size:               4096\nFilesystem features:      has_journal\nJournal size:             4096k\n"
     assert p.parse_dumpe2fs(text)["journal_bytes"] == 4 * MiB

@@ -8,7 +8,7 @@ import time
 from prometheus_client.parser import text_string_to_metric_families
 
 from ext4audit import prometheus, reports
-from test_baseline import NOBARRIER, NODELALLOC, make_run, record
+from test_baseline import NOBARRIER, NODELALLOC_DISCARD, make_run, record
 from test_reports import HOSTILE, NOW, cli
 
 EVIL = 'we"b\\01\nx{y="z"} 1'  # a quote, a backslash, a newline and text that looks like a sample
@@ -33,7 +33,7 @@ def test_prom_file_from_a_real_report(tmp_path):
     waivers = tmp_path / "waivers.yml"
     waivers.write_text("waivers:\n  - rule: EXT4_NOBARRIER\n    hosts: [quiet]\n    justification: battery-backed cache\n"
                        "    approver: storage-team\n    expires: 2099-01-01\n")
-    run = make_run(tmp_path, "run-1", [record(EVIL, (HOSTILE, NOBARRIER), ("/srv", NOBARRIER), ("/x", NODELALLOC)),
+    run = make_run(tmp_path, "run-1", [record(EVIL, (HOSTILE, NOBARRIER), ("/srv", NOBARRIER), ("/x", NODELALLOC_DISCARD)),
                                        record("quiet", ("/data", NOBARRIER)),
                                        record("gone", status="unreachable")])
     rc, out, err = cli("report", run, "--waivers", str(waivers))
@@ -44,7 +44,7 @@ def test_prom_file_from_a_real_report(tmp_path):
 
     # Findings by host, rule and severity: the hostile host name comes back exactly.
     assert got[("ext4audit_findings", labels(host=EVIL, rule="EXT4_NOBARRIER", severity="high"))] == 2
-    assert got[("ext4audit_findings", labels(host=EVIL, rule="EXT4_DIOREAD_NOLOCK_NODELALLOC", severity="low"))] == 1
+    assert got[("ext4audit_findings", labels(host=EVIL, rule="EXT4_ONLINE_DISCARD", severity="low"))] == 1
     assert ("ext4audit_findings", labels(host="quiet", rule="EXT4_NOBARRIER", severity="high")) not in got
     assert got[("ext4audit_waived_findings", labels(host="quiet", rule="EXT4_NOBARRIER", severity="high"))] == 1
     # Every unwaived finding is counted once.

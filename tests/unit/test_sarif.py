@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from conftest import FIXTURES, ROOT
 from ext4audit import sarif
-from test_baseline import DEFAULTS, NOBARRIER, NODELALLOC, make_run, record
+from test_baseline import DEFAULTS, NOBARRIER, NODELALLOC_DISCARD, make_run, record
 from test_reports import HOSTILE, cli
 
 SCHEMA = json.load(open(os.path.join(FIXTURES, "sarif", "sarif-schema-2.1.0.json")))
@@ -37,11 +37,11 @@ def runs(tmp_path):
     """The same fleet audited twice (two run ids, two report times): a host with a hostile mount
     point, one with host_vars in the example inventory and a waiver, one unreachable."""
     waivers = tmp_path / "waivers.yml"
-    waivers.write_text("waivers:\n  - rule: EXT4_DIOREAD_NOLOCK_NODELALLOC\n    hosts: [%s]\n"
-                       "    justification: the database wants nodelalloc\n    approver: storage-team\n"
+    waivers.write_text("waivers:\n  - rule: EXT4_ONLINE_DISCARD\n    hosts: [%s]\n"
+                       "    justification: the database wants online discard\n    approver: storage-team\n"
                        "    expires: 2099-01-01\n" % EXAMPLE_HOST)
     records = [record("odd \"host\"\n<b>", (HOSTILE, NOBARRIER), ("/srv", DEFAULTS)),
-               record(EXAMPLE_HOST, ("/data", NODELALLOC), ("/var/lib/db", NOBARRIER)),
+               record(EXAMPLE_HOST, ("/data", NODELALLOC_DISCARD), ("/var/lib/db", NOBARRIER)),
                record("gone", status="unreachable")]
     folders = []
     for name in ("run-1", "run-2"):
@@ -92,7 +92,7 @@ def test_sarif_is_valid_and_complete(runs):
         assert rules[result["ruleIndex"]]["id"] == result["ruleId"]
     levels = dict(((r["properties"]["host"], r["ruleId"], r["properties"]["mountpoint"]), r["level"]) for r in results)
     assert levels[(EXAMPLE_HOST, "EXT4_NOBARRIER", "/var/lib/db")] == "error"
-    assert levels[(EXAMPLE_HOST, "EXT4_DIOREAD_NOLOCK_NODELALLOC", "/data")] == "note"
+    assert levels[(EXAMPLE_HOST, "EXT4_ONLINE_DISCARD", "/data")] == "note"
 
     # Host strings are JSON data, kept exactly.
     hostile = [r for r in results if r["properties"]["mountpoint"] == HOSTILE]
@@ -125,9 +125,9 @@ def test_locations_point_into_the_repository(runs):
 def test_waived_findings_are_suppressed(runs):
     results = load(runs[0])["runs"][0]["results"]
     suppressed = [r for r in results if r.get("suppressions")]
-    assert [(r["properties"]["host"], r["ruleId"]) for r in suppressed] == [(EXAMPLE_HOST, "EXT4_DIOREAD_NOLOCK_NODELALLOC")]
+    assert [(r["properties"]["host"], r["ruleId"]) for r in suppressed] == [(EXAMPLE_HOST, "EXT4_ONLINE_DISCARD")]
     assert suppressed[0]["suppressions"] == [{"kind": "external", "state": "accepted", "justification":
-                                              "the database wants nodelalloc (approver storage-team, until 2099-01-01T00:00:00Z)"}]
+                                              "the database wants online discard (approver storage-team, until 2099-01-01T00:00:00Z)"}]
 
 
 def test_results_and_fingerprints_are_stable_across_runs(runs):
