@@ -225,8 +225,7 @@ def release_stale(scratch):
 # trusts no path there: every directory is opened by descriptor, one component at a time, without
 # following a symlink, and everything after that goes through the descriptors it holds.
 DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-RENAME_NOREPLACE = 1
-_libc.renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+RENAME_NOREPLACE = 1  # linux/fs.h: renameat2 fails with EEXIST instead of replacing (an empty directory)
 
 
 def check_trusted(st, path):
@@ -316,8 +315,8 @@ class Scratch:
         self.released = []
 
     def __enter__(self):
-        if not os.path.isabs(self.root):
-            raise Refused("scratch directory %s is not an absolute path" % self.root)
+        if not os.path.isabs(self.root) or self.root == "/":
+            raise Refused("scratch directory %s is not an absolute path below /" % self.root)
         parent, self.name = os.path.split(self.root)
         self.parent_fd = open_parent(parent)
         try:
@@ -384,13 +383,16 @@ class Scratch:
     def _create(self):
         """A new scratch directory with its marker, renamed into place; None when another probe
         put one there first."""
+        renameat2 = getattr(_libc, "renameat2", None)
+        if renameat2 is None:
+            raise ProbeError("this host's C library has no renameat2 (glibc 2.28 or later), which the probe "
+                             "needs to put a new scratch directory in place")
         temp = "%s.new-%s" % (self.name, os.urandom(8).hex())
         os.mkdir(temp, 0o700, dir_fd=self.parent_fd)
         fd = os.open(temp, DIRECTORY, dir_fd=self.parent_fd)
         os.fchmod(fd, 0o700)  # whatever the umask
         os.close(os.open(MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=fd))
-        if _libc.renameat2(self.parent_fd, os.fsencode(temp), self.parent_fd, os.fsencode(self.name),
-                           RENAME_NOREPLACE) == 0:
+        if renameat2(self.parent_fd, os.fsencode(temp), self.parent_fd, os.fsencode(self.name), RENAME_NOREPLACE) == 0:
             return fd
         err = ctypes.get_errno()
         os.unlink(MARKER, dir_fd=fd)
