@@ -370,9 +370,9 @@ def host_section(record, plan):
     """The host report's `probe` section from the host's record and the run's plan (plan None:
     the run folder has none, and the sweep is reported as not analysed).
 
-    A refused, failed or unreachable probe (status and reason here) is also one of the host's errors (the
-    caller adds it) and is listed in summary.json, but does not change the verdict by itself:
-    the static audit decides; the probe only confirms (and may escalate) its findings.
+    A refused, failed or unreachable probe (status and reason here) is also one of the host's
+    errors (the caller adds it) and is listed in summary.json, but does not change the verdict by
+    itself: the static audit decides; the probe only confirms (and may escalate) its findings.
     """
     result = record.get("result") or {}
     errors = []  # what went wrong beyond the status (a failed or refused probe says why in `reason`)
