@@ -32,8 +32,12 @@ DEFAULT_RUNS = 256
 MIN_RUNS = 8          # below this, factor analysis is noise: quantiles only
 TAIL_QUANTILE = 0.9   # Chopper's tail threshold (fig-5.tail-distribution.r)
 MAX_LISTED_LEVELS = 100000  # a plan lists every level of every factor; more is a mistake
-RECORD_STATUSES = ("ran", "skipped", "failed", "unreachable")
-FAILED = ("failed", "unreachable")  # the probe was meant to run and could not
+# A host's probe record (roles/chopper_probe/tasks/run.yml sets it from the probe's exit code):
+# ran (ok or partial), skipped (nothing to replicate, check mode), refused (its scratch path is
+# not its own, or another probe runs on the host), failed (an error, a signal, no result),
+# unreachable.
+RECORD_STATUSES = ("ran", "skipped", "refused", "failed", "unreachable")
+FAILED = ("refused", "failed", "unreachable")  # the probe was meant to run and did not
 
 
 class ProbeError(ValueError):
@@ -366,14 +370,12 @@ def host_section(record, plan):
     """The host report's `probe` section from the host's record and the run's plan (plan None:
     the run folder has none, and the sweep is reported as not analysed).
 
-    A failed or unreachable probe (status and reason here) is also one of the host's errors (the
-    caller adds it) and is listed in summary.json, but does not change the verdict by itself:
-    the static audit decides; the probe only confirms (and may escalate) its findings.
+    A refused, failed or unreachable probe (status and reason here) is also one of the host's
+    errors (the caller adds it) and is listed in summary.json, but does not change the verdict by
+    itself: the static audit decides; the probe only confirms (and may escalate) its findings.
     """
     result = record.get("result") or {}
-    errors = []  # what went wrong beyond the status (a failed probe says why in `reason`)
-    if result.get("status") == "error":
-        errors.append("probe error: %s" % (result.get("reason") or "no reason given"))
+    errors = []  # what went wrong beyond the status (a failed or refused probe says why in `reason`)
     section = {"status": record["status"], "reason": record.get("reason") or result.get("reason"),
                "mountpoint": record.get("mountpoint"), "kernel": result.get("kernel"),
                "duration_s": result.get("duration_s"), "replica": result.get("replica"), "sweep": None,

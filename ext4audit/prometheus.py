@@ -8,7 +8,7 @@ has ours, and tests/unit/test_monitoring.py checks them against what this module
   ext4audit_waived_findings{host,rule,severity}   waived findings
   ext4audit_host_audited{host}                    1 audited, 0 not (unreachable, failed)
   ext4audit_probe_dspan_bytes{host,quantile}      the probe sweep's d-span at 0.5, 0.9 and 0.99
-  ext4audit_probe_status{host,status}             1 for the host's probe status (ran, partial, failed, ...)
+  ext4audit_probe_status{host,status}             1 for the host's probe status (probe.RECORD_STATUSES)
   ext4audit_last_run_timestamp_seconds            when the run's report was made (Unix time)
   ext4audit_verdict{verdict}                      1 for the run's verdict, 0 for the other two
   ext4audit_baseline_findings{change}             new, resolved and persisting since the baseline (with one)

@@ -225,12 +225,33 @@ def test_second_probe_is_refused_while_one_runs(tmp_path):
     scratch_dir = "/dev/shm/ext4-audit-probe-lock-%d" % os.getpid()
     with probe.Scratch(scratch_dir, 64 << 20):
         job_path, out_path = tmp_path / "job.json", tmp_path / "out.json"
-        job_path.write_text(json.dumps(make_job(scratch_dir, confirmations=["xattr_set"])))
+        job_path.write_text(json.dumps(make_job(scratch_dir, confirmations=["xattr_set"], lock_wait_s=1)))
+        start = time.monotonic()
         proc = subprocess.run([sys.executable, PROBE_PATH, "run", str(job_path), str(out_path)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+        waited = time.monotonic() - start
         result = json.loads(out_path.read_text())
-    assert proc.returncode == 1
-    assert result["status"] == "error" and "another probe holds" in result["reason"]
+    assert proc.returncode == probe.REFUSED_EXIT, proc.stderr
+    assert result["status"] == "refused", result
+    assert result["reason"].startswith("another probe is running on this host (pid %d)" % os.getpid())
+    assert 1 <= waited < 10
+
+
+def test_second_probe_waits_for_the_first_then_runs(tmp_path):
+    """The holder removes the directory when it is done (no kept cache): the waiter starts over
+    in a directory of its own."""
+    scratch_dir = "/dev/shm/ext4-audit-probe-wait-%d" % os.getpid()
+    job_path, out_path = tmp_path / "job.json", tmp_path / "out.json"
+    job_path.write_text(json.dumps(make_job(scratch_dir, lock_wait_s=60)))
+    with probe.Scratch(scratch_dir, 64 << 20):
+        waiter = subprocess.Popen([sys.executable, PROBE_PATH, "run", str(job_path), str(out_path)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+        time.sleep(1.5)
+        assert waiter.poll() is None, "the second probe did not wait"
+    _, stderr = waiter.communicate(timeout=120)
+    assert waiter.returncode == 0, stderr
+    assert json.loads(out_path.read_text())["status"] == "ok"
+    assert not os.path.exists(scratch_dir)
 
 
 def test_foreign_scratch_directory_is_refused(tmp_path):
@@ -242,7 +263,8 @@ def test_foreign_scratch_directory_is_refused(tmp_path):
     proc = subprocess.run([sys.executable, PROBE_PATH, "run", str(job_path), str(out_path)],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
     result = json.loads(out_path.read_text())
-    assert proc.returncode == 1 and "is not the probe's scratch directory" in result["reason"]
+    assert proc.returncode == probe.REFUSED_EXIT and result["status"] == "refused"
+    assert "%s is not the probe's scratch directory" % foreign in result["reason"]
     assert (foreign / "precious").read_text() == "keep me"
 
 

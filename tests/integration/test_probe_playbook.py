@@ -5,6 +5,7 @@ import glob
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import time
@@ -128,4 +129,47 @@ def test_probe_killed_mid_sweep_is_cleaned_up_by_the_next_run(tmp_path):
     assert rc == 0, out
     probe = latest_host_report(tmp_path / "r2")["probe"]
     assert probe["status"] == "ran" and probe["sweep"]["runs_completed"] == 32
+    assert leftovers(scratch_dir) == ([], [], False)
+
+
+def test_two_probes_at_once_one_runs_the_other_is_refused_and_both_reports_say_so(tmp_path):
+    """Two playbook runs started together on one host (the same scratch directory, different
+    report folders): the probe that gets the lock runs; the other is refused at once
+    (chopper_probe_lock_wait_s 0) and its report says so. The sweep is held for 15 s (a large
+    plan cut by its time budget) so the second run's probe arrives while the first one runs."""
+    scratch_dir = "/dev/shm/ext4-audit-probe-pbtwo-%d" % os.getpid()
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    players = [subprocess.Popen(playbook_argv(tmp_path / name, scratch_dir, "-e", "chopper_probe_runs=2048",
+                                              "-e", "chopper_probe_sweep_budget_s=15",
+                                              "-e", '{"chopper_probe_confirmations": []}', playbook="probe.yml"),
+                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+               for name in ("r1", "r2")]
+    outs = [player.communicate(timeout=600)[0].decode(errors="replace") for player in players]
+    assert [player.returncode for player in players] == [0, 0], outs
+    probes = dict((latest_host_report(tmp_path / name)["probe"]["status"], (name, out))
+                  for name, out in zip(("r1", "r2"), outs))
+    assert sorted(probes) == ["ran", "refused"], outs
+    ran = latest_host_report(tmp_path / probes["ran"][0])["probe"]
+    assert ran["sweep"]["runs_completed"] > 0 and ran["reason"] == "sweep stopped by time budget", ran
+    refused = latest_host_report(tmp_path / probes["refused"][0])["probe"]
+    assert re.match(r"another probe is running on this host \(pid \d+\); it holds %s$" % re.escape(scratch_dir),
+                    refused["reason"]), refused
+    assert refused["sweep"] is None and refused["errors"] == []
+    summary = load_json(os.path.join(str(tmp_path / probes["refused"][0]), "latest", "summary.json"))
+    assert summary["probe"]["failed"] == [{"host": "localhost", "status": "refused", "reason": refused["reason"]}]
+    assert leftovers(scratch_dir) == ([], [], False)
+
+
+def test_probe_that_stops_on_an_error_is_recorded_failed_not_ran(tmp_path):
+    """The probe writes a result when it stops on an error (exit 1); the record's status comes
+    from the exit code, not from the result file being there."""
+    scratch_dir = "/dev/shm/ext4-audit-probe-pberr-%d" % os.getpid()
+    rc, out = run_playbook(playbook_argv(tmp_path / "reports", scratch_dir, "-e", "chopper_probe_runs=8",
+                                         "-e", "chopper_probe_scratch_cap_mib=100000000", playbook="probe.yml"))
+    assert rc == 0, out
+    probe = latest_host_report(tmp_path / "reports")["probe"]
+    assert probe["status"] == "failed", probe
+    assert probe["reason"].startswith("not enough free space in /dev/shm"), probe["reason"]
+    summary = load_json(os.path.join(str(tmp_path / "reports"), "latest", "summary.json"))
+    assert [p["status"] for p in summary["probe"]["failed"]] == ["failed"]
     assert leftovers(scratch_dir) == ([], [], False)

@@ -6,11 +6,20 @@ on scratch loop devices, on this host's own kernel. Standard library only, Pytho
     ext4_probe.py run JOB.json OUT.json     run a job (plan + filesystem facts), write results
     ext4_probe.py sweep-stale SCRATCH_DIR   remove what a killed run left behind, then exit
 
+Exit codes: 0 ok or partial, 1 error, 2 the job cannot be read, 3 stopped by a signal,
+4 refused (the scratch path is not the probe's own, or another probe holds it); OUT.json says
+which and why for 0, 1 and 4.
+
 Safety, in the order the code enforces it:
+- the scratch directory is the probe's own or nothing: reached from / by descriptor without
+  following a symlink, through directories only root can change; made by the probe as root
+  with mode 0700 and its marker, or refused untouched (Scratch); every later path goes through
+  the descriptor it holds, and cleanup removes by descriptor only what is inside it;
 - everything lives under the scratch directory: image files, mount points, and loop devices
   attached by this process to those files (with autoclear, so a killed run frees them on the
   last close); no other block device is ever opened for writing;
-- the scratch directory itself is the lock (flock): one probe per directory at a time;
+- the marker in it is the lock (flock, held for the whole run): one probe per directory at a
+  time, a second one waits a bounded time and is then refused;
 - at start, after taking the lock, stale mounts under the directory and loop devices backed by
   files in it are released (a SIGKILLed run cannot clean up after itself);
 - cleanup runs in `finally`, and SIGTERM/SIGINT/SIGHUP are turned into an exception so it runs;
@@ -30,8 +39,8 @@ import json
 import math
 import os
 import random
-import shutil
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -45,6 +54,8 @@ import ext4_parsers  # noqa: E402  (shipped beside this file)
 RESULT_SCHEMA = "ext4-fleet-audit/probe-result/v1"
 JOB_SCHEMA = "ext4-fleet-audit/probe-job/v1"
 MARKER = ".ext4-audit-probe"  # a scratch directory without it is not ours: refuse to touch it
+EXIT_CODES = {"ok": 0, "partial": 0, "error": 1, "refused": 4}  # by result status; 2: bad job, 3: signal
+REFUSED_EXIT = EXIT_CODES["refused"]
 MiB = 1 << 20
 PAYLOAD = memoryview(b"\xa5" * MiB)  # fixed bytes: deterministic images, no leaked memory (Chopper wrote malloc garbage)
 
@@ -74,6 +85,11 @@ _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c
 
 class ProbeError(Exception):
     """A condition the probe cannot work under; the message says what and what to do."""
+
+
+class Refused(ProbeError):
+    """The probe will not run: its scratch path is not one it can trust, or another probe holds
+    it. Nothing of anyone else's was touched; the result's status is `refused` (exit REFUSED_EXIT)."""
 
 
 class Interrupted(BaseException):
@@ -177,14 +193,18 @@ def own_mounts(root):
     return sorted(inside, key=len, reverse=True)  # deepest first
 
 
-def release_stale(root):
-    """Unmount, detach and delete what a killed run of ours left under root."""
+def release_stale(scratch):
+    """Unmount, detach and delete what a killed run of ours left in the scratch directory.
+    mountinfo and sysfs name them by the directory's real path; they are released through the
+    probe's own descriptor path (Scratch.path), so a renamed or swapped path cannot redirect it."""
+    root = scratch.real_path()
     released = []
     for target in own_mounts(root):
+        inside = scratch.path(target[len(root) + 1:])
         try:
-            umount(target)
+            umount(inside)
         except OSError:
-            umount(target, lazy=True)
+            umount(inside, lazy=True)
         released.append("mount " + target)
     for device in own_loop_devices(root):
         try:
@@ -201,67 +221,237 @@ def release_stale(root):
 
 
 # ------------------------------------------------------------------ scratch directory
-class Scratch:
-    """The probe's directory: lock, stale sweep, space accounting and final cleanup."""
+# The scratch directory sits in a directory others can write (/dev/shm by default), so the probe
+# trusts no path there: every directory is opened by descriptor, one component at a time, without
+# following a symlink, and everything after that goes through the descriptors it holds.
+DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+RENAME_NOREPLACE = 1  # linux/fs.h: renameat2 fails with EEXIST instead of replacing (an empty directory)
 
-    def __init__(self, root, cap_bytes, keep_cache=False):
-        self.root = os.path.realpath(root)
-        self.cap = cap_bytes
-        self.keep_cache = keep_cache
-        self.lock_fd = None
+
+def check_trusted(st, path):
+    """A directory on the way to the scratch directory: only root may change what it names.
+    Writable by others only with the sticky bit (as /dev/shm and /tmp: then nobody else can
+    rename or remove what root made in it)."""
+    if st.st_uid != 0:
+        raise Refused("%s is owned by uid %d, not root: that user could swap what it holds" % (path, st.st_uid))
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        raise Refused("%s can be written by other users (mode %04o) and is not sticky"
+                      % (path, stat.S_IMODE(st.st_mode)))
+
+
+def open_directory(dir_fd, name, path):
+    """dir_fd/name opened as a directory without following a symlink (FileNotFoundError if
+    there is nothing); Refused says what is there instead of a directory."""
+    try:
+        return os.open(name, DIRECTORY, dir_fd=dir_fd)
+    except NotADirectoryError:  # O_NOFOLLOW | O_DIRECTORY on a symlink: ENOTDIR
+        pass
+    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if stat.S_ISLNK(st.st_mode):
+        raise Refused("%s is a symbolic link (to %s, owned by uid %d); the probe never follows one in its "
+                      "scratch path" % (path, os.readlink(name, dir_fd=dir_fd), st.st_uid))
+    raise Refused("%s is not a directory" % path)
+
+
+def open_parent(path):
+    """The scratch directory's parent, opened from / one checked component at a time."""
+    fd = os.open("/", DIRECTORY)
+    where = "/"
+    try:
+        check_trusted(os.fstat(fd), where)
+        for name in filter(None, path.split("/")):
+            where = os.path.join(where, name)
+            try:
+                child = open_directory(fd, name, where)
+            except FileNotFoundError:
+                raise Refused("scratch parent directory %s does not exist" % where)
+            os.close(fd)
+            fd = child
+            check_trusted(os.fstat(fd), where)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def remove_tree(dir_fd, name):
+    """Remove dir_fd/name and everything below it by descriptor: no symlink followed, no path
+    that could be swapped, no crossing into a mount still there (its rmdir fails instead)."""
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(name, dir_fd=dir_fd)
+        return
+    fd = os.open(name, DIRECTORY, dir_fd=dir_fd)
+    try:
+        if os.fstat(fd).st_dev == os.fstat(dir_fd).st_dev:
+            for entry in os.listdir(fd):
+                remove_tree(fd, entry)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=dir_fd)
+
+
+class Scratch:
+    """The probe's own directory, held by descriptor from start to end: trust checks, the lock,
+    the stale sweep, space accounting and the final cleanup.
+
+    The probe works only in a directory it made itself (in this run or an earlier one): owned
+    by root, mode 0700, holding the marker (a regular file owned by root), in a parent only root
+    can change (check_trusted). A new one is made under a temporary name, given its marker, then
+    renamed into place without replacing anything, so the scratch path never names a directory
+    of the probe's without its marker. Anything else there is refused, untouched.
+
+    The marker is also the lock: flock on it for the whole run, the holder's pid in it. A second
+    probe waits up to lock_wait_s for it, then is refused with that pid."""
+
+    def __init__(self, root, cap_bytes, keep_cache=False, lock_wait_s=0):
+        self.root = os.path.normpath(root)
+        self.cap, self.keep_cache, self.lock_wait_s = cap_bytes, keep_cache, lock_wait_s
+        self.parent_fd = self.fd = self.lock_fd = None
         self.peak = 0
         self.released = []
 
     def __enter__(self):
-        parent = os.path.dirname(self.root)
-        if not os.path.isdir(parent):
-            raise ProbeError("scratch parent directory %s does not exist" % parent)
+        if not os.path.isabs(self.root) or self.root == "/":
+            raise Refused("scratch directory %s is not an absolute path below /" % self.root)
+        parent, self.name = os.path.split(self.root)
+        self.parent_fd = open_parent(parent)
         try:
-            os.mkdir(self.root, 0o700)
-            open(os.path.join(self.root, MARKER), "w").close()
-        except FileExistsError:
-            if not os.path.exists(os.path.join(self.root, MARKER)):
-                raise ProbeError("%s exists and is not the probe's scratch directory (no %s in it); "
-                                 "choose another scratch path" % (self.root, MARKER))
-        self.lock_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self.lock_fd)
-            raise ProbeError("another probe holds %s; one probe per host at a time" % self.root)
-        if os.fstat(self.lock_fd).st_nlink == 0:  # removed by the previous holder: start over
-            os.close(self.lock_fd)
-            return self.__enter__()
-        self.released = release_stale(self.root)
-        for name in ("runs", "mnt"):
-            shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
-            os.mkdir(os.path.join(self.root, name))
-        os.makedirs(os.path.join(self.root, "cache"), exist_ok=True)
+            preflight(self.parent_fd, parent, self.cap)
+            deadline = now() + self.lock_wait_s
+            while not self._open_and_lock(deadline):  # the holder we waited for removed it: again
+                pass
+            # mount(2), losetup and mke2fs take paths: the probe gives them this one, the magic
+            # link to the directory it holds, which no rename or symlink elsewhere can redirect
+            # (what is below it is the probe's own: root-only, mode 0700). /proc/<pid>, not
+            # /proc/self, so child processes (mke2fs) resolve it to the same directory.
+            self.fd_path = "/proc/%d/fd/%d" % (os.getpid(), self.fd)
+            self.released = release_stale(self)
+            for name in ("runs", "mnt"):
+                remove_tree(self.fd, name)
+                os.mkdir(name, 0o700, dir_fd=self.fd)
+            if "cache" not in os.listdir(self.fd):
+                os.mkdir("cache", 0o700, dir_fd=self.fd)
+        except BaseException:
+            self._close()
+            raise
         return self
+
+    def _open_and_lock(self, deadline):
+        """Open (or make) the directory, check it is the probe's and lock it; False when the
+        previous holder removed it meanwhile."""
+        try:
+            self.fd = open_directory(self.parent_fd, self.name, self.root)
+        except FileNotFoundError:
+            self.fd = self._create()
+            if self.fd is None:
+                return False
+        st = os.fstat(self.fd)
+        if st.st_uid != 0 or stat.S_IMODE(st.st_mode) != 0o700:
+            raise Refused("%s is not the probe's scratch directory: owned by uid %d with mode %04o (the probe "
+                          "makes its own as root with mode 0700); choose another scratch path"
+                          % (self.root, st.st_uid, stat.S_IMODE(st.st_mode)))
+        try:
+            self.lock_fd = os.open(MARKER, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self.fd)
+        except OSError as exc:
+            raise Refused("%s is not the probe's scratch directory (%s: %s); choose another scratch path"
+                          % (self.root, MARKER, exc.strerror))
+        marker = os.fstat(self.lock_fd)
+        if not stat.S_ISREG(marker.st_mode) or marker.st_uid != 0:
+            raise Refused("%s is not the probe's scratch directory: its %s is not a regular file owned by root"
+                          % (self.root, MARKER))
+        while True:
+            try:
+                fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if now() >= deadline:
+                    holder = os.pread(self.lock_fd, 16, 0).decode("ascii", "replace").strip() or "unknown"
+                    raise Refused("another probe is running on this host (pid %s); it holds %s"
+                                  % (holder, self.root))
+                time.sleep(0.1)
+        if os.fstat(self.lock_fd).st_nlink == 0:
+            self._close(keep_parent=True)
+            return False
+        os.ftruncate(self.lock_fd, 0)
+        os.pwrite(self.lock_fd, b"%d\n" % os.getpid(), 0)
+        return True
+
+    def _create(self):
+        """A new scratch directory with its marker, renamed into place; None when another probe
+        put one there first."""
+        renameat2 = getattr(_libc, "renameat2", None)
+        if renameat2 is None:
+            raise ProbeError("this host's C library has no renameat2 (glibc 2.28 or later), which the probe "
+                             "needs to put a new scratch directory in place")
+        temp = "%s.new-%s" % (self.name, os.urandom(8).hex())
+        os.mkdir(temp, 0o700, dir_fd=self.parent_fd)
+        fd = os.open(temp, DIRECTORY, dir_fd=self.parent_fd)
+        os.fchmod(fd, 0o700)  # whatever the umask
+        os.close(os.open(MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=fd))
+        if renameat2(self.parent_fd, os.fsencode(temp), self.parent_fd, os.fsencode(self.name), RENAME_NOREPLACE) == 0:
+            return fd
+        err = ctypes.get_errno()
+        os.unlink(MARKER, dir_fd=fd)
+        os.close(fd)
+        os.rmdir(temp, dir_fd=self.parent_fd)
+        if err == errno.EEXIST:
+            return None
+        raise OSError(err, "rename into %s: %s" % (self.root, os.strerror(err)))
+
+    def _close(self, keep_parent=False):
+        for fd in (self.lock_fd, self.fd) + (() if keep_parent else (self.parent_fd,)):
+            if fd is not None:
+                os.close(fd)
+        self.lock_fd = self.fd = None
+        if not keep_parent:
+            self.parent_fd = None
 
     def __exit__(self, *exc):
         try:
-            release_stale(self.root)
-        finally:
-            for name in os.listdir(self.root):
-                if name == MARKER or (self.keep_cache and name == "cache"):
-                    continue
-                path = os.path.join(self.root, name)
-                shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
+            try:
+                release_stale(self)
+            finally:
+                for name in os.listdir(self.fd):
+                    if name != MARKER and not (self.keep_cache and name == "cache"):
+                        remove_tree(self.fd, name)
+            replaced = self.replaced()
+            if replaced:
+                raise Refused("%s was replaced during the run (%s); the probe emptied its own directory (now %s) "
+                              "through its descriptor and left that path alone" % (self.root, replaced, self.real_path()))
             if not self.keep_cache:
-                os.unlink(os.path.join(self.root, MARKER))
-                os.rmdir(self.root)
-            os.close(self.lock_fd)
+                os.unlink(MARKER, dir_fd=self.fd)
+                os.rmdir(self.name, dir_fd=self.parent_fd)
+        finally:
+            self._close()
+
+    def replaced(self):
+        """What the scratch path names now if it is no longer the directory held, else None."""
+        try:
+            st = os.stat(self.name, dir_fd=self.parent_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return "nothing is there now"
+        held = os.fstat(self.fd)
+        if (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino):
+            return None
+        return "it is now a symbolic link" if stat.S_ISLNK(st.st_mode) else "it is now another file"
+
+    def real_path(self):
+        """Where the held directory is now (mountinfo and sysfs name its mounts and loops so)."""
+        return os.readlink("/proc/self/fd/%d" % self.fd)
 
     def path(self, *parts):
-        return os.path.join(self.root, *parts)
+        return os.path.join(self.fd_path, *parts)
 
     def used(self):
         total = 0
-        for folder, _, files in os.walk(self.root):
+        for _, _, files, dir_fd in os.fwalk(dir_fd=self.fd):
             for name in files:
                 try:
-                    total += os.lstat(os.path.join(folder, name)).st_blocks * 512
+                    total += os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_blocks * 512
                 except FileNotFoundError:
                     pass
         self.peak = max(self.peak, total)
@@ -279,7 +469,7 @@ class Scratch:
         if isinstance(exc, ScratchFull):
             return exc
         try:
-            vfs = os.statvfs(self.root)
+            vfs = os.statvfs(self.fd)
         except OSError:
             return exc
         free = vfs.f_bavail * vfs.f_frsize
@@ -289,10 +479,9 @@ class Scratch:
         return exc
 
 
-def preflight(root, cap_bytes):
+def preflight(parent_fd, parent, cap_bytes):
     """Enough free memory and space for the cap, before anything is made."""
-    parent = os.path.dirname(os.path.realpath(root))
-    vfs = os.statvfs(parent)
+    vfs = os.statvfs(parent_fd)
     free = vfs.f_bavail * vfs.f_frsize
     if free < cap_bytes:
         raise ProbeError("not enough free space in %s: %d MiB free, the cap is %d MiB"
@@ -933,9 +1122,9 @@ def run_job(job, progress):
               "duration_s": None, "mountpoint": job["filesystem"]["mountpoint"], "replica": None,
               "released_stale": [], "sweep": None, "confirmations": [], "resources": None}
     cap = int(job.get("scratch_cap_bytes", 128 * MiB))
-    scratch = Scratch(job.get("scratch_dir", "/dev/shm/ext4-audit-probe"), cap, bool(job.get("keep_cache")))
+    scratch = Scratch(job.get("scratch_dir", "/dev/shm/ext4-audit-probe"), cap, bool(job.get("keep_cache")),
+                      float(job.get("lock_wait_s", 0)))
     try:
-        preflight(scratch.root, cap)
         with scratch:
             result["released_stale"] = scratch.released
             mkfs, options, adjustments = replica(job["filesystem"])
@@ -966,6 +1155,8 @@ def run_job(job, progress):
         result["status"] = "ok" if sweep_done else "partial"
         if not sweep_done:
             result["reason"] = "sweep stopped by %s" % result["sweep"]["stopped_by"]
+    except Refused as exc:
+        result.update(status="refused", reason=str(exc))
     except ProbeError as exc:
         result["reason"] = str(exc)
     except OSError as exc:
@@ -1015,14 +1206,14 @@ def main(argv):
             return 3
         write_json_atomic(argv[2], result)
         progress("%s in %.1f s" % (result["status"], result["duration_s"]))
-        return 0 if result["status"] != "error" else 1
+        return EXIT_CODES[result["status"]]
     if len(argv) == 2 and argv[0] == "sweep-stale":
-        root = os.path.realpath(argv[1])
-        if not os.path.exists(os.path.join(root, MARKER)):
-            print("ext4_probe: %s is not a probe scratch directory" % root, file=sys.stderr)
-            return 2
-        with Scratch(root, 0):
-            pass
+        try:
+            with Scratch(argv[1], 0):
+                pass
+        except Refused as exc:
+            print("ext4_probe: refused: %s" % exc, file=sys.stderr)
+            return REFUSED_EXIT
         return 0
     if len(argv) == 2 and argv[0] == "mkdir-latency":
         print(mkdir_existing_latency(argv[1]))
