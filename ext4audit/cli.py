@@ -5,6 +5,7 @@ A tool error is never a pass. plan: 0 written, 2 could not.
 """
 
 import argparse
+import contextlib
 import glob
 import os
 import sys
@@ -67,18 +68,28 @@ def cmd_report(args):
     job = fleet.Job(args.run_dir, catalog, waivers, base, probes, plan, run_id, now, args.fail_on, args.fail_on_new,
                     len(paths), plotted_hosts(probes, plan), os.path.join(args.rules_dir, "catalog.yml"),
                     args.inventory)
-    job.staging = fleet.stage(args.run_dir)
+    # A folder reported before is incomplete from here until finish_run: a report step that did
+    # not finish leaves no summary.json.
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(args.run_dir, reports.SUMMARY))
     try:
-        digests = fleet.report_hosts(job, paths, args.jobs)
-        diff = baseline_mod.diff(base, [d["host"] for d in digests], [d["baseline"] for d in digests]) if base else None
-        summary = reports.summarize_digests(digests, run_id, args.fail_on, args.unreachable_incomplete, now,
-                                            baseline=diff, fail_on_new=args.fail_on_new)
-        fleet.put_hosts_in_place(args.run_dir, job.staging)
-        with reports.flushing(args.run_dir):  # hosts/ goes to disk while the fleet files are written
-            fleet.write_fleet_files(job, summary, digests)
-    finally:
-        fleet.discard(job.staging)
-    reports.point_latest(os.path.dirname(os.path.normpath(args.run_dir)), args.run_dir)
+        job.staging = fleet.stage(args.run_dir)
+        try:
+            digests = fleet.report_hosts(job, paths, args.jobs)
+            diff = (baseline_mod.diff(base, [d["host"] for d in digests], [d["baseline"] for d in digests])
+                    if base else None)
+            summary = reports.summarize_digests(digests, run_id, args.fail_on, args.unreachable_incomplete, now,
+                                                baseline=diff, fail_on_new=args.fail_on_new)
+            fleet.put_hosts_in_place(args.run_dir, job.staging)
+            with reports.flushing(args.run_dir):  # hosts/ goes to disk while the fleet files are written
+                fleet.write_fleet_files(job, summary, digests)
+        finally:
+            fleet.discard(job.staging)
+        reports.finish_run(args.run_dir, summary)
+    except OSError as exc:  # out of space, a write-back error: say what it leaves behind
+        raise reports.ReportError("run folder %s is incomplete: its reports could not be written (%s); it has no %s, "
+                                  "and gate, merge and --baseline refuse it" % (args.run_dir, exc, reports.SUMMARY))
+    reports.point_latest(os.path.dirname(os.path.normpath(args.run_dir)), args.run_dir)  # its syncfs commits summary.json
     print(reports.terminal_table(summary))
     return reports.EXIT_CODES[summary["verdict"]]
 
@@ -128,6 +139,7 @@ def cmd_gate(args):
     base = load_baseline(args)
     if base:
         base.check_every_host()
+    reports.finished_run(args.run_dir, "run folder")
     host_reports = load_host_reports(args.run_dir)
     now = reports.utc_now()
     catalog = catalog_mod.load(args.rules_dir)

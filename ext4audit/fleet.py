@@ -12,7 +12,8 @@ and the parts are joined in shard order: the files are the same whatever the num
 
 Nothing appears in the run folder until every host is done: hosts/ and the parts are made in a
 staging folder inside it, which any error removes (a corrupt baseline host report found halfway
-leaves nothing behind). Then hosts/ moves into place, and the fleet files are written.
+leaves nothing behind). Then hosts/ moves into place, the fleet files are written, and
+summary.json last of all (reports.finish_run).
 """
 
 import concurrent.futures
@@ -296,8 +297,8 @@ def discard(staging):
 
 
 def write_fleet_files(job, summary, digests):
-    """Write the fleet files from the digests and the staged parts; hosts/ is already in place."""
-    reports.write_json(os.path.join(job.run_dir, "summary.json"), summary, durable=False)
+    """Write the fleet files but summary.json (reports.finish_run writes it last) from the digests
+    and the staged parts; hosts/ is already in place."""
     write_junit(job)
     write_markdown(job, summary)
     sarif.write_log(os.path.join(job.run_dir, "report.sarif"), summary, job.catalog,
