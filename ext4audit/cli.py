@@ -5,7 +5,6 @@ A tool error is never a pass. plan: 0 written, 2 could not.
 """
 
 import argparse
-import contextlib
 import glob
 import os
 import sys
@@ -68,10 +67,7 @@ def cmd_report(args):
     job = fleet.Job(args.run_dir, catalog, waivers, base, probes, plan, run_id, now, args.fail_on, args.fail_on_new,
                     len(paths), plotted_hosts(probes, plan), os.path.join(args.rules_dir, "catalog.yml"),
                     args.inventory)
-    # A folder reported before is incomplete from here until finish_run: a report step that did
-    # not finish leaves no summary.json.
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(os.path.join(args.run_dir, reports.SUMMARY))
+    summary_path = os.path.join(args.run_dir, reports.SUMMARY)
     try:
         job.staging = fleet.stage(args.run_dir)
         try:
@@ -86,10 +82,11 @@ def cmd_report(args):
         finally:
             fleet.discard(job.staging)
         reports.finish_run(args.run_dir, summary)
-    except OSError as exc:  # out of space, a write-back error: say what it leaves behind
-        raise reports.ReportError("run folder %s is incomplete: its reports could not be written (%s); it has no %s, "
-                                  "and gate, merge and --baseline refuse it" % (args.run_dir, exc, reports.SUMMARY))
-    reports.point_latest(os.path.dirname(os.path.normpath(args.run_dir)), args.run_dir)  # its syncfs commits summary.json
+    except OSError as exc:  # out of space, a write-back error: say which folder, and what it leaves there
+        raise reports.ReportError("run folder %s: its reports could not be written (%s)%s" % (
+            args.run_dir, exc, "" if os.path.exists(summary_path) else
+            "; it is incomplete (no %s), and gate, merge and --baseline refuse it" % reports.SUMMARY))
+    reports.point_latest(os.path.dirname(os.path.normpath(args.run_dir)), args.run_dir)  # syncfs: summary.json too
     print(reports.terminal_table(summary))
     return reports.EXIT_CODES[summary["verdict"]]
 

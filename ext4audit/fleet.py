@@ -17,6 +17,7 @@ summary.json last of all (reports.finish_run).
 """
 
 import concurrent.futures
+import contextlib
 import ctypes
 import glob
 import multiprocessing
@@ -278,7 +279,8 @@ def stage(run_dir):
 
 def put_hosts_in_place(run_dir, staging):
     """Gather the shards' host reports into hosts/ and move it to run_dir/hosts (an earlier
-    report of the same run goes to the staging folder, which is removed)."""
+    report of the same run goes to the staging folder, which is removed, and its summary.json is
+    removed first: the folder is incomplete from its first change until reports.finish_run)."""
     gathered = os.path.join(staging, "hosts")
     os.mkdir(gathered)
     for shard in sorted(glob.glob(os.path.join(staging, "hosts.*"))):
@@ -286,6 +288,8 @@ def put_hosts_in_place(run_dir, staging):
             if os.path.lexists(os.path.join(gathered, name)):
                 raise _clash(name, shard)
             os.rename(os.path.join(shard, name), os.path.join(gathered, name))
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(run_dir, reports.SUMMARY))
     target = os.path.join(run_dir, "hosts")
     if os.path.lexists(target):
         os.replace(target, os.path.join(staging, "hosts-before"))

@@ -83,8 +83,9 @@ def test_a_report_step_that_stops_before_its_last_file_leaves_no_summary(complet
     os.unlink(os.path.join(complete, "report.html"))
     os.mkdir(os.path.join(complete, "report.html"))
     rc, out, err = cli("report", complete)
-    assert rc == 2 and err.startswith("error: run folder %s is incomplete: its reports could not be written (" % complete), err
-    assert "Is a directory" in err and "it has no summary.json" in err, err
+    assert rc == 2 and err.startswith("error: run folder %s: its reports could not be written (" % complete), err
+    assert "Is a directory" in err and "; it is incomplete (no summary.json), and gate, merge and --baseline refuse it" \
+        in err, err
     assert not os.path.exists(os.path.join(complete, "summary.json")) and not os.path.lexists(latest)
     rc, out, err = cli("gate", complete)
     assert rc == 2 and "run folder %s is incomplete: it has no summary.json" % complete in err, (out, err)
