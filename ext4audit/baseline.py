@@ -12,7 +12,8 @@ never matched to one another. A host that was not audited in this run resolves n
 listed under hosts_not_compared.
 
 The baseline is read in full and checked before the run writes anything: a missing, corrupt,
-truncated or wrong-schema baseline is a ReportError (exit 2).
+truncated or wrong-schema baseline, or one whose report step did not finish (no summary.json),
+is a ReportError (exit 2).
 """
 
 import os
@@ -76,12 +77,12 @@ class Baseline:
 
 
 def load(path, run_dir=None):
-    """Read and check the baseline run folder at `path` (reports.finished_run: a folder whose
+    """Read and check the baseline run folder at `path` (reports.read_complete_run: a folder whose
     report step did not finish is refused); run_dir (the run being made) must not be the baseline
     itself. The host reports are checked when each host is compared."""
     if run_dir and os.path.realpath(path) == os.path.realpath(run_dir):
         raise reports.ReportError("baseline %s is the run itself (%s): give an earlier run" % (path, run_dir))
-    summary, statuses = reports.finished_run(path, "baseline")
+    summary, statuses = reports.read_complete_run(path, "baseline")
     # The real folder: reports/latest moves on.
     return Baseline(str(summary.get("run_id") or os.path.basename(os.path.normpath(path))), os.path.realpath(path),
                     statuses)

@@ -136,7 +136,7 @@ def cmd_gate(args):
     base = load_baseline(args)
     if base:
         base.check_every_host()
-    reports.finished_run(args.run_dir, "run folder")
+    reports.read_complete_run(args.run_dir, "run folder")
     host_reports = load_host_reports(args.run_dir)
     now = reports.utc_now()
     catalog = catalog_mod.load(args.rules_dir)

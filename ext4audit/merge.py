@@ -8,9 +8,9 @@ folder gets every slice's facts/ and probe/ records (copied byte for byte) and t
 plan, so the report step sees exactly what a run over the whole fleet would have collected.
 
 Refused before anything is written (exit 2): OUT_DIR exists; a slice without facts/; a slice
-whose report step did not finish (no summary.json: reports.finished_run) or whose facts/ lacks a
-host its summary.json lists (a copy cut short); a host in two slices; slices that ran different
-probe plans; a record that cannot be read.
+whose report step did not finish (no summary.json: reports.read_complete_run) or whose facts/
+lacks a host its summary.json lists (a copy cut short); a host in two slices; slices that ran
+different probe plans; a record that cannot be read.
 """
 
 import glob
@@ -26,7 +26,7 @@ def collect(slices):
     for folder in slices:
         if not os.path.isdir(os.path.join(folder, "facts")):
             raise reports.ReportError("slice %s has no facts/ folder: not a run folder of the audit" % folder)
-        _, reported = reports.finished_run(folder, "slice")
+        _, reported = reports.read_complete_run(folder, "slice")
         recorded = set()
         for path in sorted(glob.glob(os.path.join(folder, "facts", "*.json"))):
             record = reports.read_json(path, "facts record")

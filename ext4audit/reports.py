@@ -12,7 +12,7 @@ reports/latest -> <run-id>
 Every file is written to a temporary name and renamed into place, so a killed run never leaves
 a half-written report. summary.json is written last, once every other file is on disk, and
 `latest` moves after it: a run folder without summary.json is incomplete (finish_run,
-finished_run).
+read_complete_run).
 """
 
 import contextlib
@@ -176,7 +176,7 @@ def finish_run(run_dir, summary):
     write_json(os.path.join(run_dir, SUMMARY), summary)  # durable: never on disk empty or cut short
 
 
-def finished_run(run_dir, what):
+def read_complete_run(run_dir, what):
     """(summary, {host: status}) of a complete run folder, for gate, merge and --baseline. A
     folder without summary.json, with one that is cut short or foreign, or whose summary.json does
     not list exactly the host reports in hosts/ (a copy cut short), is refused: a ReportError
