@@ -318,7 +318,8 @@ def profile_child(argv):
                                 (reports, "write_json", None), (fleet, "write_markdown", "write summary.md"),
                                 (sarif, "write_log", "write report.sarif"), (prometheus, "write", "write ext4audit.prom"),
                                 (html, "write_page", "write report.html"), (fleet, "write_junit", "write junit.xml"),
-                                (reports, "point_latest", "move latest"), (reports, "terminal_table", "table")):
+                                (reports, "finish_run", "flush, write summary.json"), (reports, "point_latest", "move latest"),
+                                (reports, "terminal_table", "table")):
         wrap(module, name, label)
     start = time.perf_counter()
     with open(os.devnull, "w") as devnull:

@@ -12,10 +12,10 @@ never matched to one another. A host that was not audited in this run resolves n
 listed under hosts_not_compared.
 
 The baseline is read in full and checked before the run writes anything: a missing, corrupt,
-truncated or wrong-schema baseline is a ReportError (exit 2).
+truncated or wrong-schema baseline, or one whose report step did not finish (no summary.json),
+is a ReportError (exit 2).
 """
 
-import glob
 import os
 from typing import Any, List, Optional
 
@@ -77,30 +77,12 @@ class Baseline:
 
 
 def load(path, run_dir=None):
-    """Read and check the baseline run folder at `path`; run_dir (the run being made) must not
-    be the baseline itself. The host reports are checked when each host is compared."""
-    if not os.path.isdir(path):
-        raise reports.ReportError("baseline %s: %s" % (path, "not a folder" if os.path.exists(path) else "not found"))
+    """Read and check the baseline run folder at `path` (reports.read_complete_run: a folder whose
+    report step did not finish is refused); run_dir (the run being made) must not be the baseline
+    itself. The host reports are checked when each host is compared."""
     if run_dir and os.path.realpath(path) == os.path.realpath(run_dir):
         raise reports.ReportError("baseline %s is the run itself (%s): give an earlier run" % (path, run_dir))
-    summary = reports.read_json(os.path.join(path, "summary.json"), "baseline summary")
-    if not isinstance(summary, dict) or summary.get("schema") != reports.SUMMARY_SCHEMA:
-        raise reports.ReportError("baseline %s/summary.json is not a %s document" % (path, reports.SUMMARY_SCHEMA))
-    listed = summary.get("hosts")
-    if not isinstance(listed, list) or not all(isinstance(h, dict) and isinstance(h.get("host"), str)
-                                               and isinstance(h.get("status"), str) for h in listed):
-        raise reports.ReportError("baseline %s/summary.json has no valid hosts list" % path)
-    statuses = dict((h["host"], h["status"]) for h in listed)
-    if len(statuses) < len(listed):
-        raise reports.ReportError("baseline %s/summary.json lists a host twice" % path)
-    # A truncated copy (an artifact cut short, a folder half copied) lacks host reports.
-    files = dict((reports.safe_name(host) + ".json", host) for host in statuses)
-    present = set(os.path.basename(p) for p in glob.glob(os.path.join(path, "hosts", "*.json")))
-    if set(files) != present:
-        missing, extra = sorted(files[f] for f in set(files) - present), sorted(present - set(files))
-        raise reports.ReportError("baseline %s is incomplete: summary.json lists %d host(s), hosts/ has %d%s%s" % (
-            path, len(files), len(present), "; no report for %s" % _names(missing) if missing else "",
-            "; not in the summary: %s" % _names(extra) if extra else ""))
+    summary, statuses = reports.read_complete_run(path, "baseline")
     # The real folder: reports/latest moves on.
     return Baseline(str(summary.get("run_id") or os.path.basename(os.path.normpath(path))), os.path.realpath(path),
                     statuses)
@@ -184,7 +166,3 @@ def _entry(key, severity):
 
 def _entry_order(entry):
     return tuple("" if entry[k] is None else entry[k] for k in ("host", "rule", "device", "mountpoint"))
-
-
-def _names(hosts):
-    return ", ".join(repr(h) for h in hosts[:5]) + (", ..." if len(hosts) > 5 else "")

@@ -67,18 +67,26 @@ def cmd_report(args):
     job = fleet.Job(args.run_dir, catalog, waivers, base, probes, plan, run_id, now, args.fail_on, args.fail_on_new,
                     len(paths), plotted_hosts(probes, plan), os.path.join(args.rules_dir, "catalog.yml"),
                     args.inventory)
-    job.staging = fleet.stage(args.run_dir)
+    summary_path = os.path.join(args.run_dir, reports.SUMMARY)
     try:
-        digests = fleet.report_hosts(job, paths, args.jobs)
-        diff = baseline_mod.diff(base, [d["host"] for d in digests], [d["baseline"] for d in digests]) if base else None
-        summary = reports.summarize_digests(digests, run_id, args.fail_on, args.unreachable_incomplete, now,
-                                            baseline=diff, fail_on_new=args.fail_on_new)
-        fleet.put_hosts_in_place(args.run_dir, job.staging)
-        with reports.flushing(args.run_dir):  # hosts/ goes to disk while the fleet files are written
-            fleet.write_fleet_files(job, summary, digests)
-    finally:
-        fleet.discard(job.staging)
-    reports.point_latest(os.path.dirname(os.path.normpath(args.run_dir)), args.run_dir)
+        job.staging = fleet.stage(args.run_dir)
+        try:
+            digests = fleet.report_hosts(job, paths, args.jobs)
+            diff = (baseline_mod.diff(base, [d["host"] for d in digests], [d["baseline"] for d in digests])
+                    if base else None)
+            summary = reports.summarize_digests(digests, run_id, args.fail_on, args.unreachable_incomplete, now,
+                                                baseline=diff, fail_on_new=args.fail_on_new)
+            fleet.put_hosts_in_place(args.run_dir, job.staging)
+            with reports.flushing(args.run_dir):  # hosts/ goes to disk while the fleet files are written
+                fleet.write_fleet_files(job, summary, digests)
+        finally:
+            fleet.discard(job.staging)
+        reports.finish_run(args.run_dir, summary)
+    except OSError as exc:  # out of space, a write-back error: say which folder, and what it leaves there
+        raise reports.ReportError("run folder %s: its reports could not be written (%s)%s" % (
+            args.run_dir, exc, "" if os.path.exists(summary_path) else
+            "; it is incomplete (no %s), and gate, merge and --baseline refuse it" % reports.SUMMARY))
+    reports.point_latest(os.path.dirname(os.path.normpath(args.run_dir)), args.run_dir)  # syncfs: summary.json too
     print(reports.terminal_table(summary))
     return reports.EXIT_CODES[summary["verdict"]]
 
@@ -128,6 +136,7 @@ def cmd_gate(args):
     base = load_baseline(args)
     if base:
         base.check_every_host()
+    reports.read_complete_run(args.run_dir, "run folder")
     host_reports = load_host_reports(args.run_dir)
     now = reports.utc_now()
     catalog = catalog_mod.load(args.rules_dir)

@@ -12,10 +12,12 @@ and the parts are joined in shard order: the files are the same whatever the num
 
 Nothing appears in the run folder until every host is done: hosts/ and the parts are made in a
 staging folder inside it, which any error removes (a corrupt baseline host report found halfway
-leaves nothing behind). Then hosts/ moves into place, and the fleet files are written.
+leaves nothing behind). Then hosts/ moves into place, the fleet files are written, and
+summary.json last of all (reports.finish_run).
 """
 
 import concurrent.futures
+import contextlib
 import ctypes
 import glob
 import multiprocessing
@@ -277,7 +279,8 @@ def stage(run_dir):
 
 def put_hosts_in_place(run_dir, staging):
     """Gather the shards' host reports into hosts/ and move it to run_dir/hosts (an earlier
-    report of the same run goes to the staging folder, which is removed)."""
+    report of the same run goes to the staging folder, which is removed, and its summary.json is
+    removed first: the folder is incomplete from its first change until reports.finish_run)."""
     gathered = os.path.join(staging, "hosts")
     os.mkdir(gathered)
     for shard in sorted(glob.glob(os.path.join(staging, "hosts.*"))):
@@ -285,6 +288,8 @@ def put_hosts_in_place(run_dir, staging):
             if os.path.lexists(os.path.join(gathered, name)):
                 raise _clash(name, shard)
             os.rename(os.path.join(shard, name), os.path.join(gathered, name))
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(run_dir, reports.SUMMARY))
     target = os.path.join(run_dir, "hosts")
     if os.path.lexists(target):
         os.replace(target, os.path.join(staging, "hosts-before"))
@@ -296,8 +301,8 @@ def discard(staging):
 
 
 def write_fleet_files(job, summary, digests):
-    """Write the fleet files from the digests and the staged parts; hosts/ is already in place."""
-    reports.write_json(os.path.join(job.run_dir, "summary.json"), summary, durable=False)
+    """Write the fleet files but summary.json (reports.finish_run writes it last) from the digests
+    and the staged parts; hosts/ is already in place."""
     write_junit(job)
     write_markdown(job, summary)
     sarif.write_log(os.path.join(job.run_dir, "report.sarif"), summary, job.catalog,

@@ -7,8 +7,10 @@ one job of an AWX / Automation Platform sliced job, or the run of another contro
 folder gets every slice's facts/ and probe/ records (copied byte for byte) and the one probe
 plan, so the report step sees exactly what a run over the whole fleet would have collected.
 
-Refused before anything is written (exit 2): OUT_DIR exists; a slice without facts/; a host in
-two slices; slices that ran different probe plans; a record that cannot be read.
+Refused before anything is written (exit 2): OUT_DIR exists; a slice without facts/; a slice
+whose report step did not finish (no summary.json: reports.read_complete_run) or whose facts/
+lacks a host its summary.json lists (a copy cut short); a host in two slices; slices that ran
+different probe plans; a record that cannot be read.
 """
 
 import glob
@@ -24,13 +26,22 @@ def collect(slices):
     for folder in slices:
         if not os.path.isdir(os.path.join(folder, "facts")):
             raise reports.ReportError("slice %s has no facts/ folder: not a run folder of the audit" % folder)
+        _, reported = reports.read_complete_run(folder, "slice")
+        recorded = set()
         for path in sorted(glob.glob(os.path.join(folder, "facts", "*.json"))):
             record = reports.read_json(path, "facts record")
             host = record.get("host") if isinstance(record, dict) else None
             if not isinstance(host, str) or not host:
                 raise reports.ReportError("facts record %s has no host name" % path)
             _claim(owners, ("facts", host), folder)
+            recorded.add(host)
             files[os.path.join("facts", os.path.basename(path))] = path
+        if recorded != set(reported):
+            missing, extra = sorted(set(reported) - recorded), sorted(recorded - set(reported))
+            raise reports.ReportError("slice %s is incomplete: its summary.json lists %d host(s), facts/ has records "
+                                      "of %d%s%s" % (folder, len(reported), len(recorded),
+                                                     "; no record of %s" % reports.some(missing) if missing else "",
+                                                     "; not in the summary: %s" % reports.some(extra) if extra else ""))
         for path in sorted(glob.glob(os.path.join(folder, "probe", "*.json"))):
             doc = reports.read_json(path, "probe file")
             try:

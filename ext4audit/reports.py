@@ -10,7 +10,9 @@ reports/<run-id>/
 reports/latest -> <run-id>
 
 Every file is written to a temporary name and renamed into place, so a killed run never leaves
-a half-written report, and `latest` only moves once the run's reports are complete.
+a half-written report. summary.json is written last, once every other file is on disk, and
+`latest` moves after it: a run folder without summary.json is incomplete (finish_run,
+read_complete_run).
 """
 
 import contextlib
@@ -18,6 +20,7 @@ import ctypes
 import datetime
 import functools
 import gc
+import glob
 import json
 import os
 import re
@@ -60,7 +63,7 @@ FILE_MODE = 0o666 & ~_umask()
 def atomic_file(path, durable=True):
     """A text file to write in pieces (big reports are streamed): it gets its name only when the
     block completes, and is removed if the block raises. durable=False leaves the flush to disk to
-    point_latest (one syncfs for thousands of host reports instead of an fsync each)."""
+    finish_run (one syncfs for thousands of host reports instead of an fsync each)."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     handle, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
@@ -154,6 +157,60 @@ def flushing(path):
         thread.join()
     if errors:
         raise errors[0]
+
+
+SUMMARY = "summary.json"
+
+
+def finish_run(run_dir, summary):
+    """Write summary.json, the run folder's last file, once every other file is on disk (then
+    `latest` may move to the run: point_latest).
+
+    summary.json itself marks a complete run folder, not a marker file beside it: it is what
+    users and CI jobs script against (`jq .verdict`), and with a marker a run that stopped
+    halfway (out of space, killed) would still leave a summary.json saying `pass` to every script
+    that does not know to look for the marker. Writing it last costs nothing: junit.xml,
+    report.sarif, ext4audit.prom, report.html and summary.md are made from the summary in
+    memory, not from the file."""
+    sync_folder(run_dir)
+    write_json(os.path.join(run_dir, SUMMARY), summary)  # durable: never on disk empty or cut short
+
+
+def read_complete_run(run_dir, what):
+    """(summary, {host: status}) of a complete run folder, for gate, merge and --baseline. A
+    folder without summary.json, with one that is cut short or foreign, or whose summary.json does
+    not list exactly the host reports in hosts/ (a copy cut short), is refused: a ReportError
+    naming the folder and what is missing. what: the folder's role in the message."""
+    if not os.path.isdir(run_dir):
+        raise ReportError("%s %s: %s" % (what, run_dir, "not a folder" if os.path.exists(run_dir) else "not found"))
+    path = os.path.join(run_dir, SUMMARY)
+    if not os.path.exists(path):
+        raise ReportError("%s %s is incomplete: it has no %s, which the report step writes last, once every other "
+                          "file is on disk; the step did not finish there (it failed, e.g. out of space, was killed, "
+                          "or is still running)" % (what, run_dir, SUMMARY))
+    summary = read_json(path, what + " summary")
+    if not isinstance(summary, dict) or summary.get("schema") != SUMMARY_SCHEMA:
+        raise ReportError("%s %s is not a %s document" % (what, path, SUMMARY_SCHEMA))
+    listed = summary.get("hosts")
+    if not isinstance(listed, list) or not all(isinstance(h, dict) and isinstance(h.get("host"), str)
+                                               and isinstance(h.get("status"), str) for h in listed):
+        raise ReportError("%s %s has no valid hosts list" % (what, path))
+    statuses = dict((h["host"], h["status"]) for h in listed)
+    if len(statuses) < len(listed):
+        raise ReportError("%s %s lists a host twice" % (what, path))
+    files = dict((safe_name(host) + ".json", host) for host in statuses)
+    present = set(os.path.basename(p) for p in glob.glob(os.path.join(run_dir, "hosts", "*.json")))
+    if set(files) != present:
+        missing, extra = sorted(files[f] for f in set(files) - present), sorted(present - set(files))
+        raise ReportError("%s %s is incomplete: %s lists %d host(s), hosts/ has %d%s%s" % (
+            what, run_dir, SUMMARY, len(files), len(present), "; no report for %s" % some(missing) if missing else "",
+            "; not in the summary: %s" % some(extra) if extra else ""))
+    return summary, statuses
+
+
+def some(names):
+    """Names for a message: the first five, quoted."""
+    return ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
 
 
 def point_latest(reports_dir, run_dir):

@@ -3,10 +3,12 @@ aggregation) SIGKILLed at several points while it works on a large synthetic run
 reports/latest on the previous run, complete, every file parsing; latest only ever moves to a
 run that is complete.
 
-Kill points: 6 at seeded random times over the step's measured duration, plus 3 triggered by
+Kill points: 6 at seeded random times over the step's measured duration, plus 4 triggered by
 what the step has written (the workers' first host reports in the staging folder; hosts/ moved
-into place; summary.json on disk), so the windows between the first write and the move of
-`latest` are hit for certain. After each kill no worker process of the step is left.
+into place; junit.xml, the first fleet file, on disk; report.html, the last file before
+summary.json, on disk), so the windows between the first write and the move of `latest` are hit
+for certain. After each kill no worker process of the step is left, and the killed run's folder
+has a summary.json only if it is complete (gate, merge and --baseline take one to mean that).
 """
 
 import glob
@@ -152,7 +154,7 @@ def kill_when(proc, condition, timeout=120):
     raise AssertionError("the report step did not get there in %d s" % timeout)
 
 
-def test_report_step_sigkilled_at_9_points_leaves_latest_on_a_complete_run(tmp_path):
+def test_report_step_sigkilled_at_10_points_leaves_latest_on_a_complete_run(tmp_path):
     reports = str(tmp_path / "reports")
     previous, current = os.path.join(reports, "run-a"), os.path.join(reports, "run-b")
     write_facts(previous, HOSTS)
@@ -171,7 +173,8 @@ def test_report_step_sigkilled_at_9_points_leaves_latest_on_a_complete_run(tmp_p
           % (HOSTS, duration, SEED, points))
     triggers = [("first host reports staged", lambda: bool(glob.glob(os.path.join(current, ".report-*", "hosts", "*")))),
                 ("hosts/ in place", lambda: os.path.isdir(os.path.join(current, "hosts"))),
-                ("summary.json written", lambda: os.path.exists(os.path.join(current, "summary.json")))]
+                ("junit.xml written", lambda: os.path.exists(os.path.join(current, "junit.xml"))),
+                ("report.html written", lambda: os.path.exists(os.path.join(current, "report.html")))]
     outcomes = []
     for label, point in [("at %.3f s" % p, p) for p in points] + [(t[0], t[1]) for t in triggers]:
         for attempt in range(1, 6):  # a triggered kill is retried if the step ran past its window
@@ -191,6 +194,8 @@ def test_report_step_sigkilled_at_9_points_leaves_latest_on_a_complete_run(tmp_p
                 os.path.join(current, "hosts")) else 0
             state = "%d host reports, %s" % (written, ", ".join(n for n in OUTPUTS if os.path.exists(
                 os.path.join(current, n))) or "no fleet file")
+            if os.path.exists(os.path.join(current, "summary.json")):
+                check_complete(current, HOSTS)
             if latest == "run-a":
                 assert digest(previous) == before, "the previous run's files changed (kill %s)" % label
                 check_complete(previous, HOSTS)
@@ -204,8 +209,8 @@ def test_report_step_sigkilled_at_9_points_leaves_latest_on_a_complete_run(tmp_p
     print("kill, attempts, killed before the step ended, latest after, what the step had written:")
     for row in outcomes:
         print("  %-28s %d  %-5s %s  %s" % row)
-    assert len(outcomes) == 9
-    for label, attempt, killed, latest, state in outcomes[-3:]:
+    assert len(outcomes) == 10
+    for label, attempt, killed, latest, state in outcomes[-4:]:
         assert killed and latest == "run-a", "the triggered kill '%s' never hit its window in 5 tries" % label
     # the kills covered more than the reading phase: some came while files were being written
     assert any(row[4] != "0 host reports, no fleet file" and row[3] == "run-a" for row in outcomes), outcomes

@@ -197,7 +197,7 @@ def break_json(path):
 
 
 @pytest.mark.parametrize("damage, message", [
-    (lambda run: os.unlink(os.path.join(run, "summary.json")), "baseline summary not found"),
+    (lambda run: os.unlink(os.path.join(run, "summary.json")), "is incomplete: it has no summary.json"),
     (lambda run: break_json(os.path.join(run, "summary.json")), "is not valid JSON"),
     (lambda run: break_json(os.path.join(run, "hosts", "a.json")), "is not valid JSON"),
     (lambda run: os.unlink(os.path.join(run, "hosts", "b.json")), "is incomplete: summary.json lists 2 host(s), hosts/ has 1"),

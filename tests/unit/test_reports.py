@@ -172,16 +172,17 @@ def test_report_with_invalid_waivers_is_an_error(run_dir, tmp_path):
     ("{not json", "is not valid JSON"),
     ('{"schema": "something/else"}', "is not a ext4-fleet-audit/host-report/v1 document"),
 ])
-def test_gate_on_corrupt_reports_exits_2(tmp_path, content, message):
-    os.makedirs(str(tmp_path / "hosts"))
-    (tmp_path / "hosts" / "h.json").write_text(content)
-    rc, out, err = cli("gate", str(tmp_path))
+def test_gate_on_corrupt_reports_exits_2(run_dir, content, message):
+    assert cli("report", run_dir)[0] == 2
+    with open(os.path.join(run_dir, "hosts", "db-1.json"), "w") as handle:
+        handle.write(content)
+    rc, out, err = cli("gate", run_dir, "--unreachable-incomplete", "false", "--fail-on", "critical")
     assert rc == 2 and message in err and "pass" not in out
 
 
 def test_gate_on_empty_folder_exits_2(tmp_path):
     rc, out, err = cli("gate", str(tmp_path))
-    assert rc == 2 and "no host reports" in err
+    assert rc == 2 and "run folder %s is incomplete: it has no summary.json" % tmp_path in err
 
 
 def test_verdicts():
