@@ -58,7 +58,15 @@ def filesystem_context(fs, facts, option_maps=None):
     elif sb:
         derived["stripe"] = sb.get("raid_stripe_width") or sb.get("raid_stride") or 0
     return {"opt": opt, "sb": sb, "queue": fs.get("queue"), "jbd2": fs.get("jbd2"), "fs": fs,
-            "kernel": kernel, "derived": derived, "options_complete": fs.get("options_source") == "proc"}
+            "kernel": kernel, "derived": derived, "options_complete": options_complete(fs)}
+
+
+def options_complete(fs):
+    """Does the option list name every option in effect, so that an unlisted one is off? The kernel's
+    does; an inferred one too once the superblock was read (it then sets every option a rule reads,
+    and a missing data= means no journal, as in the kernel's: test_inference_differential.py)."""
+    return fs.get("options_source") == "proc" or (fs.get("options_source") == "inferred"
+                                                  and bool(fs.get("superblock")))
 
 
 def host_context(facts):
