@@ -44,9 +44,7 @@ def filesystem_context(fs, facts, option_maps=None):
             derived["journal_default_bytes"] = default_blocks * sb["block_size"]
             if sb.get("journal_bytes"):
                 derived["journal_ratio"] = sb["journal_bytes"] / float(derived["journal_default_bytes"])
-        if sb.get("block_count") and sb.get("blocks_per_group"):
-            groups = -(-sb["block_count"] // sb["blocks_per_group"])
-            derived["mb_optimize_scan"] = groups >= 16  # MB_DEFAULT_LINEAR_SCAN_THRESHOLD
+        derived["mb_optimize_scan"] = ext4_parsers.default_mb_optimize_scan(sb)
         if sb.get("block_size") and kernel.get("page_size"):
             derived["block_smaller_than_page"] = sb["block_size"] < kernel["page_size"]
     elif fs.get("options_source") == "proc":

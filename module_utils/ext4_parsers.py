@@ -425,6 +425,9 @@ def infer_options(superblock, super_options, kernel, fstype="ext4", page_size=40
         merged.update(journal_async_commit=False, journal_checksum=False)
     if merged.get("data") == "journal":
         merged.update(delalloc=False, dioread_nolock=False)  # data=journal disables both
+    scan_default = default_mb_optimize_scan(superblock) if superblock else None
+    if scan_default is not None and merged.get("mb_optimize_scan") == ("1" if scan_default else "0"):
+        del merged["mb_optimize_scan"]  # printed only where it differs from the group-count default
     tokens = []
     for name, value in sorted(merged.items()):
         if name == "ro":
@@ -436,6 +439,13 @@ def infer_options(superblock, super_options, kernel, fstype="ext4", page_size=40
         else:
             tokens.append("%s=%s" % (name, value))
     return tokens
+
+
+def default_mb_optimize_scan(superblock):
+    """The kernel turns mb_optimize_scan on for 16 block groups or more (MB_DEFAULT_LINEAR_SCAN_THRESHOLD)."""
+    if not superblock.get("block_count") or not superblock.get("blocks_per_group"):
+        return None
+    return -(-superblock["block_count"] // superblock["blocks_per_group"]) >= 16
 
 
 def default_stripe(superblock):

@@ -100,6 +100,9 @@ def test_seed_001_rule_is_decided_offline_on_both_sides_of_5_6():
      {"journal_async_commit": True, "journal_checksum": True}),
     (["rw"], sb("e2fsprogs-1.47-ext3.txt"), {"delalloc": True}),  # mounted as ext4: delalloc by default
     (["rw"], sb("e2fsprogs-1.47-fast-commit-stride.txt"), {"stripe": "64", "errors": "remount-ro"}),
+    # 2 GiB of 4 KiB blocks is 16 groups: mb_optimize_scan is on by default and printed only when off
+    (["rw", "mb_optimize_scan=1"], DEFAULT_SB, {"mb_optimize_scan": None}),
+    (["rw", "mb_optimize_scan=0"], DEFAULT_SB, {"mb_optimize_scan": "0"}),
 ])
 def test_what_the_kernel_derives(mount, superblock, expected):
     inferred = p.option_map(p.infer_options(superblock, mount, "6.18.44"))
