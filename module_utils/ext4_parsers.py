@@ -209,13 +209,11 @@ def fstab_drift(fstab_options, effective, mount_flags):
             if opt not in mount_flags:
                 drift.append({"option": opt, "wanted": opt, "effective": None})
             continue
-        (name, wanted), = option_map([opt]).items()
-        if name == "commit" and wanted == "0":
-            wanted = "5"  # commit=0 means the default, 5 seconds
-        if name not in effective:
-            continue  # the kernel does not report this option; nothing to compare
-        if effective[name] != wanted:
-            drift.append({"option": opt, "wanted": wanted, "effective": effective[name]})
+        for name, wanted in sorted(mount_option_map([opt]).items()):  # commit=0 is commit=5, ...
+            if name not in effective:
+                continue  # the kernel does not report this option; nothing to compare
+            if effective[name] != wanted:
+                drift.append({"option": opt, "wanted": wanted, "effective": effective[name]})
     return drift
 
 
@@ -384,7 +382,7 @@ def default_dioread_nolock(kernel, block_size, page_size):
     return _version_at_least(kernel, DIOREAD_NOLOCK_DEFAULT_SINCE["page" if block_size == page_size else "subpage"])
 
 
-def _mount_option_map(tokens):
+def mount_option_map(tokens):
     """option_map() of mount tokens as typed, read the way the kernel reads them."""
     expanded = []
     for token in tokens:
@@ -417,8 +415,8 @@ def infer_options(superblock, super_options, kernel, fstype="ext4", page_size=40
             if token in SUPERBLOCK_DEFAULT_OPTIONS:
                 name, value = SUPERBLOCK_DEFAULT_OPTIONS[token]
                 merged[name] = value
-        merged.update(_mount_option_map(superblock.get("mount_options", [])))
-    merged.update(_mount_option_map(super_options))
+        merged.update(mount_option_map(superblock.get("mount_options", [])))
+    merged.update(mount_option_map(super_options))
     if superblock and ("has_journal" not in superblock["features"] or merged.get("norecovery")):
         # No journal (none, or noload): no data mode, and the journal options are dropped.
         merged.pop("data", None)

@@ -131,3 +131,12 @@ def test_without_a_superblock_nothing_is_guessed_that_needs_one():
 def test_the_kernel_whose_defaults_apply(info, upstream, why):
     chosen = kv.options_kernel(info, "the image's boot kernel")
     assert chosen["upstream"] == upstream and why in chosen["why"]
+
+
+def test_fstab_drift_reads_mount_tokens_as_the_kernel_does():
+    """fstab auto_da_alloc=0 is in effect when the kernel prints noauto_da_alloc (was reported as drift)."""
+    effective = p.option_map(p.infer_options(DEFAULT_SB, ["rw", "auto_da_alloc=0", "commit=0"], "6.18.44"))
+    assert effective["auto_da_alloc"] is False and effective["commit"] == "5"
+    assert p.fstab_drift(["defaults", "auto_da_alloc=0", "commit=0", "noload"], effective, {"rw"}) == []
+    assert p.fstab_drift(["auto_da_alloc=1"], effective, {"rw"}) == \
+        [{"option": "auto_da_alloc=1", "wanted": True, "effective": False}]
