@@ -114,12 +114,6 @@ def test_ext3_mounts_have_no_delalloc_by_default():
     assert inferred["delalloc"] is False
 
 
-def test_without_a_superblock_nothing_is_guessed_that_needs_one():
-    inferred = p.option_map(p.infer_options(None, ["rw", "nodelalloc"], "6.18.44"))
-    assert inferred["delalloc"] is False
-    assert "dioread_nolock" not in inferred and "data" not in inferred and "errors" not in inferred
-
-
 @pytest.mark.parametrize("info, upstream, why", [
     (kv.identify("6.1.0-28-cloud-amd64", "Linux version 6.1.0-28-cloud-amd64 (x) #1 SMP PREEMPT_DYNAMIC "
                  "Debian 6.1.119-1 (2024-11-22)"), "6.1.119", "the image's boot kernel (6.1.0-28-cloud-amd64)"),
