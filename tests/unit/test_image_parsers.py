@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from conftest import ROOT, VENV_BIN
+from conftest import ROOT, VENV_BIN, fixture_text
 
 import ext4_parsers as p
 
