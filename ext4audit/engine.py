@@ -54,9 +54,7 @@ def filesystem_context(fs, facts, option_maps=None):
             derived["journal_default_bytes"] = default_blocks * sb["block_size"]
             if sb.get("journal_bytes"):
                 derived["journal_ratio"] = sb["journal_bytes"] / float(derived["journal_default_bytes"])
-        if sb.get("block_count") and sb.get("blocks_per_group"):
-            groups = -(-sb["block_count"] // sb["blocks_per_group"])
-            derived["mb_optimize_scan"] = groups >= 16  # MB_DEFAULT_LINEAR_SCAN_THRESHOLD
+        derived["mb_optimize_scan"] = ext4_parsers.default_mb_optimize_scan(sb)
         if sb.get("block_size") and kernel.get("page_size"):
             derived["block_smaller_than_page"] = sb["block_size"] < kernel["page_size"]
         if sb.get("inode_count") and sb.get("free_inodes") is not None:
@@ -78,7 +76,15 @@ def filesystem_context(fs, facts, option_maps=None):
     elif sb:
         derived["stripe"] = sb.get("raid_stripe_width") or sb.get("raid_stride") or 0
     return {"opt": opt, "sb": sb, "queue": fs.get("queue"), "jbd2": fs.get("jbd2"), "fs": fs,
-            "kernel": kernel, "derived": derived, "options_complete": fs.get("options_source") == "proc"}
+            "kernel": kernel, "derived": derived, "options_complete": options_complete(fs)}
+
+
+def options_complete(fs):
+    """Does the option list name every option in effect, so that an unlisted one is off? The kernel's
+    does; an inferred one too once the superblock was read (it then sets every option a rule reads,
+    and a missing data= means no journal, as in the kernel's: test_inference_differential.py)."""
+    return fs.get("options_source") == "proc" or (fs.get("options_source") == "inferred"
+                                                  and bool(fs.get("superblock")))
 
 
 def _under_any(path, directories):

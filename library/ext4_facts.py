@@ -92,7 +92,7 @@ from ansible.module_utils.ext4_parsers import (
     EXT4_DRIVER_TYPES, NETFS_TYPES, ParseError, fstab_drift, infer_options, option_map, parse_dumpe2fs,
     parse_ext4_options, parse_fstab, parse_jbd2_info, parse_mountinfo, parse_os_release, volume_kind,
 )
-from ansible.module_utils.kernel_version import identify
+from ansible.module_utils.kernel_version import identify, options_kernel
 
 
 SYSFS_READ_LIMIT = 4096  # a sysfs attribute is at most a page
@@ -145,6 +145,8 @@ class Collector:
 
     # ------------------------------------------------------------- filesystems
     def collect(self):
+        self.kernel_facts = self.kernel()
+        self.options_kernel = options_kernel(self.kernel_facts, "the running kernel")  # for inferred options
         text = self.read("/proc/self/mountinfo", "mountinfo")
         try:
             mounts = parse_mountinfo(text) if text is not None else []
@@ -167,7 +169,7 @@ class Collector:
                     filesystems.append(seen[key])
         return {
             "schema": "ext4-fleet-audit/facts/v1",
-            "kernel": self.kernel(),
+            "kernel": self.kernel_facts,
             "filesystems": filesystems,
             "netfs": netfs,
             "errors": self.errors,
@@ -207,6 +209,8 @@ class Collector:
         if self.params["superblock"]:
             fs["superblock"] = self.superblock(mount, kname, where)
         fs["options"], fs["options_source"] = self.effective_options(mount, kname, fs["superblock"], where)
+        if fs["options_source"] == "inferred":
+            fs["options_kernel"] = self.options_kernel
         fs["jbd2"] = self.jbd2(kname, where)
         entry = fstab.get(mount["mountpoint"])
         fs["fstab"] = None
@@ -227,8 +231,10 @@ class Collector:
                     return parse_ext4_options(text), "proc"
                 except ParseError as exc:
                     self.error(where, str(exc))
-        # Old kernels (or ext2 served by ext2.ko): rebuild from defaults, superblock and mountinfo.
-        return infer_options(superblock, mount["super_options"]), "inferred"
+        # Old kernels (or ext2 served by ext2.ko): rebuild from the running kernel's defaults, the
+        # superblock and mountinfo.
+        return infer_options(superblock, mount["super_options"], self.options_kernel["upstream"], mount["fstype"],
+                             self.kernel_facts["page_size"]), "inferred"
 
     def superblock(self, mount, kname, where):
         device = self.device_node(mount, kname)

@@ -26,9 +26,9 @@ description:
   - Every read is bounded: files are read only up to a size cap (os-release 64 KiB, fstab and
     grub.cfg 1 MiB, a kernel's first 64 KiB), every command's output is capped and every command
     is killed after its timeout; what goes over becomes an entry in C(errors).
-  - The effective mount options are inferred from the kernel defaults, the superblock and the fstab
-    options (C(options_source=inferred)), as M(ext4_facts) does on kernels without
-    C(/proc/fs/ext4/<dev>/options).
+  - The effective mount options are inferred from the defaults of the image's boot kernel, the superblock
+    and the fstab options (C(options_source=inferred); C(options_kernel) says which kernel version's
+    defaults were used and why), as M(ext4_facts) does on kernels without C(/proc/fs/ext4/<dev>/options).
   - Nothing is mounted and no loop device is attached, so the image never reaches the controller
     kernel's ext4 code; C(dumpe2fs) and C(debugfs) (read-only) open the file at each partition's
     offset (C(file?offset=N)). In-image paths, symlink targets included, are followed inside the
@@ -138,7 +138,7 @@ from ansible.module_utils.ext4_parsers import (
     parse_dumpe2fs, parse_dumpe2fs_identity, parse_fstab, parse_grub_first_kernel, parse_os_release,
     parse_partition_table, plain_image_path, release_sort_key,
 )
-from ansible.module_utils.kernel_version import identify
+from ansible.module_utils.kernel_version import identify, options_kernel
 
 QCOW2_MAGIC = b"QFI\xfb"
 # E2FSCK_CONFIG: the controller's /etc/e2fsck.conf (logging, fix-up policies) has no say in the check
@@ -363,13 +363,15 @@ class ImageReader:
         image["root"] = {"partition": root["number"], "uuid": root["fs"]["uuid"], "label": root["fs"]["label"]}
         mounts = self.fstab(root, fstab_text, table, facts)
         self.mounts = sorted(mounts.items(), key=lambda item: -len(item[0]))  # longest mount point first
-        for mountpoint, (part, entry) in sorted(mounts.items()):
-            facts["filesystems"].append(self.filesystem(mountpoint, part, entry))
         image["os_release"] = self.os_release()
         try:
             facts["kernel"] = self.kernels(image)
         except ImageError as exc:
             self.error("kernel", str(exc))
+        # the options are inferred for the kernel the image boots
+        inferred_for = options_kernel(facts["kernel"], "the image's boot kernel")
+        for mountpoint, (part, entry) in sorted(mounts.items()):
+            facts["filesystems"].append(self.filesystem(mountpoint, part, entry, inferred_for))
         if self.params["boot_files_dir"] and image["boot_kernel"]:
             image["boot_files"] = self.extract_boot_files(image)
 
@@ -475,18 +477,19 @@ class ImageReader:
             mounts[entry["mountpoint"]] = (part, entry)
         return mounts
 
-    def filesystem(self, mountpoint, part, entry):
+    def filesystem(self, mountpoint, part, entry, inferred_for):
         fs = part["fs"]
         options = entry["options"] if entry else []
         tokens = fstab_mount_tokens(options)
         device = entry["spec"] if entry else ("UUID=" + fs["uuid"] if fs["uuid"] else None)
+        fstype = entry["fstype"] if entry and entry["fstype"] in EXT4_DRIVER_TYPES else fs["fstype"]
         result = {
             "device": device, "kernel_name": None, "major": None, "minor": None,
-            "mountpoint": mountpoint,
-            "fstype": entry["fstype"] if entry and entry["fstype"] in EXT4_DRIVER_TYPES else fs["fstype"],
+            "mountpoint": mountpoint, "fstype": fstype,
             "bind_mounts": [], "mount_options": [], "super_options": tokens,
             "superblock": fs["superblock"], "jbd2": None, "queue": None,
-            "options": infer_options(fs["superblock"], tokens), "options_source": "inferred",
+            "options": infer_options(fs["superblock"], tokens, inferred_for["upstream"], fstype),
+            "options_source": "inferred", "options_kernel": inferred_for,
             "fstab": None, "fstab_drift": [],
             "uuid": fs["uuid"], "label": fs["label"], "partition": part["number"],
             "fsck": self.fsck(part),

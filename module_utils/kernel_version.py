@@ -183,6 +183,28 @@ def identify(release, proc_version="", version_signature="", os_release=None):
     return info
 
 
+# The kernel whose ext4 defaults offline option inference assumes when it knows of none: Debian
+# 12's 6.1, an LTS kernel past every default change that decides a rule (dioread_nolock, 5.6).
+OPTIONS_DEFAULT_KERNEL = "6.1.0"
+
+
+def options_kernel(kernel_info, known_as):
+    """The upstream version whose ext4 option defaults apply to a kernel, and why: its upstream
+    version; else the x.y of its release (defaults change at x.y releases); else
+    OPTIONS_DEFAULT_KERNEL. kernel_info: identify()'s answer or None; known_as: what the kernel is
+    ("the running kernel", "the image's boot kernel"). Returns {upstream, why}."""
+    info = kernel_info or {}
+    if info.get("upstream"):
+        return {"upstream": info["upstream"], "why": "%s (%s)" % (known_as, info.get("release"))}
+    lead = _LEAD_RE.match(_text(info.get("release")))
+    if lead:
+        upstream = "%d.%d.0" % (int(lead.group(1)), int(lead.group(2)))
+        return {"upstream": upstream, "why": "%s (%s): upstream version unknown, %s assumed from the release"
+                % (known_as, info.get("release"), upstream)}
+    return {"upstream": OPTIONS_DEFAULT_KERNEL, "why": "no known kernel: the defaults of %s assumed"
+            % OPTIONS_DEFAULT_KERNEL}
+
+
 def _upstream_key(version):
     """Sort key for "x.y.z[-rcN]"; an rc sorts before its release."""
     if not isinstance(version, str):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -27,6 +28,29 @@ def run(argv, **kwargs):
     if result.returncode != 0:
         raise AssertionError("%s failed (rc=%d):\n%s" % (argv, result.returncode, result.stdout.decode(errors="replace")))
     return result.stdout.decode(errors="replace")
+
+
+def rule_read_options():
+    """Every ext4 option a rule reads: the opt.* fact paths in the catalog, and the options engine.py
+    reads itself to derive facts (derived.mb_optimize_scan from opt["mb_optimize_scan"], ...)."""
+    from ext4audit import catalog
+
+    names = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            if str(node.get("fact", "")).startswith("opt."):
+                names.add(node["fact"].split(".")[1])
+            node = list(node.values())
+        if isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for rule in catalog.load().rules:
+        walk(rule)
+    with open(os.path.join(ROOT, "ext4audit", "engine.py")) as handle:
+        names |= set(re.findall(r"\bopt(?:\.get\(|\[)\"(\w+)\"", handle.read()))
+    return names
 
 
 class LoopFilesystems:

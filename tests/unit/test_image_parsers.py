@@ -23,28 +23,11 @@ MODULE = os.path.join(ROOT, "library", "ext4_image_facts.py")
 
 
 # ------------------------------------------------------------------ inferred options
-@pytest.mark.parametrize("fixture, super_options, expected", [
-    # Pinned from ext4_facts' own code before infer_options moved into the parsers.
-    ("e2fsprogs-1.47-tune2fs-nobarrier-mountopts.txt", ["rw", "errors=remount-ro"],
-     ["acl", "auto_da_alloc", "nobarrier", "commit=5", "data=writeback", "nodelalloc", "nodiscard",
-      "errors=remount-ro", "nojournal_async_commit", "noro", "user_xattr"]),
-    ("e2fsprogs-1.47-nojournal.txt", ["ro"],
-     ["acl", "auto_da_alloc", "barrier", "commit=5", "delalloc", "nodiscard", "errors=continue",
-      "nojournal_async_commit", "ro", "user_xattr"]),
-    ("e2fsprogs-1.42-centos7-root-orphan.txt", ["rw", "data=journal", "commit=60", "nobarrier"],
-     ["acl", "auto_da_alloc", "nobarrier", "commit=60", "data=journal", "delalloc", "nodiscard",
-      "errors=continue", "nojournal_async_commit", "noro", "user_xattr"]),
-    (None, ["rw", "discard"],
-     ["auto_da_alloc", "barrier", "commit=5", "delalloc", "discard", "nojournal_async_commit", "noro"]),
-])
-def test_infer_options_is_what_ext4_facts_produced(fixture, super_options, expected):
-    sb = p.parse_dumpe2fs(fixture_text("dumpe2fs", fixture)) if fixture else None
-    assert p.infer_options(sb, super_options) == expected
-
-
+# infer_options itself is pinned in test_inference.py and against the kernel in
+# tests/integration/test_inference_differential.py.
 def test_ext4_facts_uses_the_shared_inference():
     text = open(os.path.join(ROOT, "library", "ext4_facts.py")).read()
-    assert "infer_options(superblock, mount[\"super_options\"])" in text
+    assert "infer_options(superblock, mount[\"super_options\"], self.options_kernel[\"upstream\"]" in text
     assert "KERNEL_DEFAULTS" not in text  # one place for the kernel defaults
 
 
@@ -53,7 +36,7 @@ def test_fstab_mount_tokens_keep_what_reaches_ext4():
     assert p.fstab_mount_tokens(["errors=remount-ro", "noatime", "nofail", "x-systemd.growfs"]) == \
         ["rw", "errors=remount-ro"]
     assert p.fstab_mount_tokens(["ro", "nodelalloc", "commit=30"]) == ["ro", "nodelalloc", "commit=30"]
-    inferred = p.option_map(p.infer_options(None, p.fstab_mount_tokens(["nobarrier", "data=writeback"])))
+    inferred = p.option_map(p.infer_options(None, p.fstab_mount_tokens(["nobarrier", "data=writeback"]), "6.1.0"))
     assert inferred["barrier"] is False and inferred["data"] == "writeback" and inferred["delalloc"] is True
 
 

@@ -182,7 +182,7 @@ def test_option_map_and_inferred_options_never_raise(options):
     assert all(isinstance(k, str) for k in mapped)
     for name, value in mapped.items():
         assert isinstance(value, (bool, str))
-    assert isinstance(p.infer_options(None, options), list)
+    assert isinstance(p.infer_options(None, options, "6.1.0"), list)
 
 
 @given(st.sampled_from(sorted(p.NEGATIONS)))
@@ -271,7 +271,7 @@ def test_dumpe2fs_round_trip(sb):
     assert parsed["journal_bytes"] == want and parsed["journal_blocks"] == sb["journal_blocks"]
     assert parsed["e2fsprogs_fields"] == ("total" if sb["total_fields"] and sb["journal_blocks"] else "legacy")
     assert isinstance(p.superblock_option_map(parsed), dict)
-    assert isinstance(p.infer_options(parsed, sb["mount_options"]), list)
+    assert isinstance(p.infer_options(parsed, sb["mount_options"], "6.1.0"), list)
     identity = p.parse_dumpe2fs_identity(dumpe2fs_text(sb))
     assert identity == {"uuid": None, "label": None}
     assert p.ext_fstype(parsed["features"]) in ("ext2", "ext3", "ext4")
@@ -286,7 +286,7 @@ def test_dumpe2fs_garbage_parses_or_raises_parse_error(text):
     except p.ParseError:
         return
     assert sb["block_size"] is None or isinstance(sb["block_size"], int)
-    assert isinstance(p.infer_options(sb, []), list)
+    assert isinstance(p.infer_options(sb, [], "6.1.0"), list)
     assert isinstance(p.parse_dumpe2fs_identity(text), dict)
 
 
