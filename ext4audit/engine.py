@@ -221,7 +221,7 @@ class _Fields(dict):
         self.kernel = facts.get("kernel") or {}
 
     def __missing__(self, name):
-        value = _FIELDS[name](self)  # an unknown name is a KeyError, as str.format(**fields) gave
+        value = _FIELDS[name](self)  # the catalog loader admits only MESSAGE_FIELDS
         if value is None:
             value = "?"
         self[name] = value
@@ -253,6 +253,7 @@ _FIELDS = {
                                                           else d["effective"]) for d in f.fs.get("fstab_drift") or []),
     "baked": _baked,
 }
+MESSAGE_FIELDS = frozenset(_FIELDS)  # the placeholders a message may name (checked at catalog load)
 
 
 def evaluate_host(facts, catalog):

@@ -153,16 +153,16 @@ def test_gate_applies_a_new_waiver_file(run_dir, tmp_path):
     cli("report", run_dir)
     path = tmp_path / "waivers.yml"
     path.write_text("waivers:\n  - rule: EXT4_NOBARRIER\n    hosts: [db-1]\n    justification: battery-backed cache\n"
-                    "    approver: storage\n    expires: 2999-01-01\n")
+                    "    approver: storage\n    expires: 2099-01-01\n")
     assert cli("gate", run_dir, "--unreachable-incomplete", "false", "--waivers", str(path))[0] == 0
-    path.write_text(path.read_text().replace("2999-01-01", "2001-01-01"))
+    path.write_text(path.read_text().replace("2099-01-01", "2001-01-01"))
     rc, out, err = cli("gate", run_dir, "--unreachable-incomplete", "false", "--waivers", str(path), "--table")
     assert rc == 1 and "verdict: fail" in out
 
 
 def test_report_with_invalid_waivers_is_an_error(run_dir, tmp_path):
     path = tmp_path / "waivers.yml"
-    path.write_text("waivers:\n  - rule: EXT4_NOBARRIER\n    approver: x\n    expires: 2999-01-01\n")
+    path.write_text("waivers:\n  - rule: EXT4_NOBARRIER\n    approver: x\n    expires: 2099-01-01\n")
     rc, out, err = cli("report", run_dir, "--waivers", str(path))
     assert rc == 2 and "has no justification" in err
     assert not os.path.exists(os.path.join(run_dir, "summary.json"))
