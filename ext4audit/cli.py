@@ -125,7 +125,7 @@ def check_host_report(report, path):
 
 def _is_stamp(text):
     try:
-        waivers_mod.expiry_of(text)
+        reports.moment_of(text)
     except (TypeError, ValueError):
         return False
     return True
@@ -144,7 +144,7 @@ def cmd_gate(args):
         for finding in report["findings"]:
             if waivers is not None:  # a new waiver file replaces the one the run used
                 finding["waived"], finding["waiver"] = False, None
-            elif finding["waived"] and waivers_mod.expiry_of(finding["waiver"]["expires"]) <= now:
+            elif finding["waived"] and reports.moment_of(finding["waiver"]["expires"]) <= now:
                 finding["waived"], finding["waiver"]["status"] = False, "expired"
         if waivers is not None:
             report["expired_waivers"] = waivers_mod.apply(report["findings"], waivers, report["host"],

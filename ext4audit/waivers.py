@@ -11,23 +11,23 @@ File format (YAML, kept in the inventory folder as waivers.yml):
         approver: storage-team                   # required
         expires: 2027-03-31                      # required, UTC: waives until 2027-03-31T00:00:00Z
 
-No other fields; justification and approver are text and the lists hold names (a number, a
-mapping or a misspelt field is an error, not text or a wider waiver); expiry years run from 2000
-to 2100, and expiries are compared as moments. With neither hosts nor groups a waiver is
-fleet-wide (all level). A waived finding stays in the
+With neither hosts nor groups a waiver is fleet-wide (all level). A waived finding stays in the
 report, marked waived. An expired waiver waives nothing and is listed loudly in every report.
 Semantics follow InSpec's (justification required, expiry evaluated at run time) with the
 expiry pinned to UTC.
+
+No other fields: a misspelt one would widen the waiver. justification and approver are text and
+the lists hold names: a number or a mapping is an error, never turned into text. An expiry's
+year runs from 2000 to 2100 (0999 or 20277 is a typo), and expiries compare as moments.
 """
 
 import datetime
 import fnmatch
 
-from . import safe_yaml
+from . import reports, safe_yaml
 
 REQUIRED = ("rule", "justification", "approver", "expires")
 SCOPES = ("hosts", "groups", "mountpoints")
-STAMP = "%Y-%m-%dT%H:%M:%SZ"  # how an expiry is written into reports
 FIRST_YEAR, LAST_YEAR = 2000, 2100  # an expiry outside these is a typo (0999, 20277), not a policy
 
 
@@ -57,11 +57,6 @@ def _expiry(value, where):
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.timezone.utc)
     return moment.astimezone(datetime.timezone.utc)
-
-
-def expiry_of(stamp):
-    """The moment an expiry written into a report (STAMP) stands for; ValueError if it is none."""
-    return datetime.datetime.strptime(stamp, STAMP).replace(tzinfo=datetime.timezone.utc)
 
 
 def load(path, known_rules=None):
@@ -137,7 +132,7 @@ def apply(findings, waivers, host, groups, now):
             if not matches(waiver, host, groups, finding):
                 continue
             record = dict((k, waiver[k]) for k in ("rule", "justification", "approver"))
-            record["expires"] = waiver["expires"].strftime(STAMP)
+            record["expires"] = reports.stamp(waiver["expires"])
             if waiver["expires"] > now:
                 finding["waived"], finding["waiver"] = True, dict(record, status="active")
                 break
