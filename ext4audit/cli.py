@@ -1,7 +1,7 @@
-"""Command line: `python -m ext4audit {report,gate,rules,plan}`.
+"""Command line: `python -m ext4audit {report,gate,merge,kernel-gate,check,rules,plan}`.
 
 Exit codes (report, gate and merge): 0 pass, 1 policy failed, 2 incomplete or could not run.
-A tool error is never a pass. plan: 0 written, 2 could not.
+A tool error is never a pass. check: 0 valid, 2 not. plan: 0 written, 2 could not.
 """
 
 import argparse
@@ -118,10 +118,10 @@ def check_host_report(report, path):
         waiver = finding.get("waiver")
         _check(isinstance(finding.get("rule"), str) and finding.get("severity") in SEVERITIES
                and isinstance(finding.get("waived"), bool)
-               and (waiver is None or (isinstance(waiver, dict) and isinstance(waiver.get("expires"), str)))
+               and (waiver is None or (isinstance(waiver, dict) and _is_stamp(waiver.get("expires"))))
                and (waiver is not None or not finding["waived"]),
-               path, "finding #%d has no rule, a severity that is not one of %s, or a bad waived/waiver pair"
-               % (number, ", ".join(SEVERITIES)))
+               path, "finding #%d has no rule, a severity that is not one of %s, or a bad waived/waiver pair "
+               "or waiver expiry" % (number, ", ".join(SEVERITIES)))
     section = report.get("probe")
     _check(section is None or (isinstance(section, dict) and isinstance(section.get("status"), str)
                                and _list_of(section.get("confirmations"), dict)
@@ -129,6 +129,14 @@ def check_host_report(report, path):
                                and isinstance(section.get("errors"), list)
                                and (section.get("sweep") is None or isinstance(section["sweep"], dict))),
            path, "the probe section is not an object with a status, confirmations and errors")
+
+
+def _is_stamp(text):
+    try:
+        reports.moment_of(text)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def cmd_gate(args):
@@ -145,7 +153,7 @@ def cmd_gate(args):
         for finding in report["findings"]:
             if waivers is not None:  # a new waiver file replaces the one the run used
                 finding["waived"], finding["waiver"] = False, None
-            elif finding["waived"] and finding["waiver"]["expires"] <= reports.stamp(now):
+            elif finding["waived"] and reports.moment_of(finding["waiver"]["expires"]) <= now:
                 finding["waived"], finding["waiver"]["status"] = False, "expired"
         if waivers is not None:
             report["expired_waivers"] = waivers_mod.apply(report["findings"], waivers, report["host"],
@@ -192,6 +200,15 @@ def cmd_kernel_gate(args):
                    load_host_reports(args.run_dir), catalog_mod.load(), args.run_dir)
     print("kernel gate: %s: %s" % (gate["verdict"], gate["reason"]))
     return reports.EXIT_CODES[gate["verdict"]]
+
+
+def cmd_check(args):
+    """Validate the rule catalog and the waiver file (the playbooks' preflight, before any host is contacted)."""
+    catalog = catalog_mod.load(args.rules_dir)
+    waivers = waivers_mod.load(args.waivers, set(catalog.by_id)) if args.waivers else []
+    print("catalog: %d rules, %d kernel issues; waivers: %d" % (len(catalog.rules), len(catalog.kernel_issues),
+                                                                len(waivers)))
+    return 0
 
 
 def cmd_rules(args):
@@ -278,6 +295,10 @@ def main(argv=None):
         p.add_argument("--" + name.replace("_", "-"), type=float, default=kernel_gate.DEFAULTS[name],
                        help="%s (default %g)" % (help_text, kernel_gate.DEFAULTS[name]))
     p.set_defaults(func=cmd_kernel_gate)
+    p = sub.add_parser("check", help=cmd_check.__doc__)
+    p.add_argument("--waivers", help="waiver file (YAML); a missing file means none")
+    p.add_argument("--rules-dir", default=catalog_mod.RULES_DIR, help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_check)
     p = sub.add_parser("rules", help="print the rule catalog as a Markdown table")
     p.add_argument("--rules-dir", default=catalog_mod.RULES_DIR, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_rules)

@@ -257,7 +257,7 @@ class _Fields(dict):
         self.image = facts.get("image") or {}
 
     def __missing__(self, name):
-        value = _FIELDS[name](self)  # an unknown name is a KeyError, as str.format(**fields) gave
+        value = _FIELDS[name](self)  # the catalog loader admits only MESSAGE_FIELDS
         if value is None:
             value = "?"
         self[name] = value
@@ -315,6 +315,7 @@ _FIELDS = {
     "disk_kind": lambda f: (f.fs.get("queue") or {}).get("kind"),
     "disk": lambda f: (f.fs.get("queue") or {}).get("device"),
 }
+MESSAGE_FIELDS = frozenset(_FIELDS)  # the placeholders a message may name (checked at catalog load)
 
 
 def evaluate_host(facts, catalog):

@@ -18,9 +18,8 @@ import math
 import os
 
 import numpy as np
-import yaml
 
-from . import severity_rank
+from . import safe_yaml, severity_rank
 
 PLAN_SCHEMA = "ext4-fleet-audit/probe-plan/v1"
 RESULT_SCHEMA = "ext4-fleet-audit/probe-result/v1"
@@ -112,9 +111,8 @@ def _levels(spec, where):
 @functools.lru_cache(maxsize=None)
 def _factor_file():
     try:
-        with open(FACTORS_FILE) as handle:
-            doc = yaml.safe_load(handle)
-    except (OSError, yaml.YAMLError) as exc:
+        doc = safe_yaml.load(FACTORS_FILE)
+    except (OSError, safe_yaml.Error, ValueError, RecursionError) as exc:
         raise ProbeError("cannot read %s: %s" % (FACTORS_FILE, exc))
     if not isinstance(doc, dict) or not {"factors", "bytes", "level_sets"} <= set(doc):
         raise ProbeError("%s needs factors, bytes and level_sets" % FACTORS_FILE)

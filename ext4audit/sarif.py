@@ -23,9 +23,8 @@ import os
 import urllib.parse
 
 import msgspec
-import yaml
 
-from . import ROOT, catalog as catalog_mod, reports, severity_rank
+from . import ROOT, catalog as catalog_mod, reports, safe_yaml, severity_rank
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 TOOL = "ext4-fleet-audit"
@@ -51,8 +50,7 @@ def fingerprint(host, finding):
 
 def rule_lines(catalog_path):
     """{rule id: line of its entry in the catalog file} (1-based)."""
-    with open(catalog_path, encoding="utf-8") as handle:
-        root = yaml.compose(handle)
+    root = safe_yaml.compose(catalog_path)  # read (and checked) by catalog.load before
     lines = {}
     for key, value in root.value:
         if key.value == "rules":

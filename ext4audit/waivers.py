@@ -15,33 +15,45 @@ With neither hosts nor groups a waiver is fleet-wide (all level). A waived findi
 report, marked waived. An expired waiver waives nothing and is listed loudly in every report.
 Semantics follow InSpec's (justification required, expiry evaluated at run time) with the
 expiry pinned to UTC.
+
+No other fields: a misspelt one would widen the waiver. justification and approver are text and
+the lists hold names: a number or a mapping is an error, never turned into text. An expiry's
+year runs from 2000 to 2100 (0999 or 20277 is a typo), and expiries compare as moments.
 """
 
 import datetime
 import fnmatch
 
-import yaml
+from . import reports, safe_yaml
 
 REQUIRED = ("rule", "justification", "approver", "expires")
+SCOPES = ("hosts", "groups", "mountpoints")
+FIRST_YEAR, LAST_YEAR = 2000, 2100  # an expiry outside these is a typo (0999, 20277), not a policy
 
 
 class WaiverError(ValueError):
     """The waiver file is invalid; the message names the entry and the field."""
 
 
-def _expiry(value, index):
+def _expiry(value, where):
     if isinstance(value, datetime.datetime):
         moment = value
     elif isinstance(value, datetime.date):
         moment = datetime.datetime(value.year, value.month, value.day)
-    else:
-        try:
-            moment = datetime.datetime.strptime(str(value).replace("Z", ""), "%Y-%m-%d")
-        except ValueError:
+    elif isinstance(value, str):
+        for form in ("%Y-%m-%d", "%Y-%m-%dT%H:%M:%S"):
             try:
-                moment = datetime.datetime.strptime(str(value).replace("Z", ""), "%Y-%m-%dT%H:%M:%S")
+                moment = datetime.datetime.strptime(value.replace("Z", ""), form)
+                break
             except ValueError:
-                raise WaiverError("waiver #%d: expires %r is not a date (YYYY-MM-DD, UTC)" % (index, value))
+                continue
+        else:
+            raise WaiverError("%s: expires %r is not a date (YYYY-MM-DD, UTC)" % (where, value))
+    else:
+        raise WaiverError("%s: expires %r is not a date (YYYY-MM-DD, UTC)" % (where, value))
+    if not FIRST_YEAR <= moment.year <= LAST_YEAR:
+        raise WaiverError("%s: expires %s is not a year from %d to %d"
+                          % (where, moment.date().isoformat(), FIRST_YEAR, LAST_YEAR))
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.timezone.utc)
     return moment.astimezone(datetime.timezone.utc)
@@ -50,14 +62,24 @@ def _expiry(value, index):
 def load(path, known_rules=None):
     """Read and validate a waiver file. A missing file means no waivers."""
     try:
-        with open(path, "rb") as handle:  # bytes: PyYAML checks the encoding (ReaderError)
-            doc = yaml.safe_load(handle)
+        doc = safe_yaml.load(path)
     except FileNotFoundError:
         return []
     # ValueError: a timestamp that is no date (2027-02-30); RecursionError: absurd nesting
-    except (OSError, yaml.YAMLError, ValueError, RecursionError) as exc:
+    except (OSError, safe_yaml.Error, ValueError, RecursionError) as exc:
         raise WaiverError("cannot read waiver file %s: %s" % (path, exc))
     return parse(doc, known_rules, source=path)
+
+
+def _names(entry, field, where):
+    """hosts, groups or mountpoints: a list of non-empty strings (never numbers turned into text:
+    a waiver must say exactly what it waives)."""
+    value = entry.get(field)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise WaiverError("%s: %s must be a list of names (quote numbers), got %r" % (where, field, value))
+    return value
 
 
 def parse(doc, known_rules=None, source="waivers"):
@@ -69,27 +91,24 @@ def parse(doc, known_rules=None, source="waivers"):
     for index, entry in enumerate(doc.get("waivers") or [], 1):
         if not isinstance(entry, dict):
             raise WaiverError("%s: waiver #%d is not a mapping" % (source, index))
+        rule = entry.get("rule")
+        where = "%s: waiver #%d (%s)" % (source, index, rule if isinstance(rule, str) else "no rule")
         for field in REQUIRED:
-            if not str(entry.get(field) or "").strip():
-                raise WaiverError("%s: waiver #%d (%s) has no %s; every waiver needs %s"
-                                  % (source, index, entry.get("rule", "no rule"), field, ", ".join(REQUIRED)))
-        if not isinstance(entry["rule"], str):
-            raise WaiverError("%s: waiver #%d: rule must be a rule id, got %r" % (source, index, entry["rule"]))
-        if known_rules is not None and entry["rule"] not in known_rules:
-            raise WaiverError("%s: waiver #%d names unknown rule %s" % (source, index, entry["rule"]))
-        for field in ("hosts", "groups", "mountpoints"):
-            if not isinstance(entry.get(field, []), list):
-                raise WaiverError("%s: waiver #%d: %s must be a list" % (source, index, field))
-        waivers.append({
-            "index": index,
-            "rule": entry["rule"],
-            "hosts": [str(h) for h in entry.get("hosts") or []],
-            "groups": [str(g) for g in entry.get("groups") or []],
-            "mountpoints": [str(m) for m in entry.get("mountpoints") or []],
-            "justification": str(entry["justification"]).strip(),
-            "approver": str(entry["approver"]).strip(),
-            "expires": _expiry(entry["expires"], index).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        })
+            if entry.get(field) is None or entry.get(field) == "":
+                raise WaiverError("%s has no %s; every waiver needs %s" % (where, field, ", ".join(REQUIRED)))
+        unknown = sorted((str(key) for key in entry if key not in REQUIRED + SCOPES))
+        if unknown:  # a misspelt hosts: or mountpoints: would widen the waiver to the whole fleet
+            raise WaiverError("%s: unknown field %s (fields: %s)" % (where, unknown[0], ", ".join(REQUIRED + SCOPES)))
+        if not isinstance(rule, str):
+            raise WaiverError("%s: waiver #%d: rule must be a rule id, got %r" % (source, index, rule))
+        if known_rules is not None and rule not in known_rules:
+            raise WaiverError("%s: waiver #%d names unknown rule %s" % (source, index, rule))
+        for field in ("justification", "approver"):
+            if not isinstance(entry[field], str) or not entry[field].strip():
+                raise WaiverError("%s: %s must be text, got %r" % (where, field, entry[field]))
+        scopes = dict((field, _names(entry, field, where)) for field in SCOPES)
+        waivers.append(dict(scopes, index=index, rule=rule, justification=entry["justification"].strip(),
+                            approver=entry["approver"].strip(), expires=_expiry(entry["expires"], where)))
     return waivers
 
 
@@ -108,13 +127,13 @@ def matches(waiver, host, groups, finding):
 def apply(findings, waivers, host, groups, now):
     """Mark findings waived (or carrying an expired waiver). Returns the expired waivers that matched."""
     expired = []
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     for finding in findings:
         for waiver in waivers:
             if not matches(waiver, host, groups, finding):
                 continue
-            record = dict((k, waiver[k]) for k in ("rule", "justification", "approver", "expires"))
-            if waiver["expires"] > stamp:
+            record = dict((k, waiver[k]) for k in ("rule", "justification", "approver"))
+            record["expires"] = reports.stamp(waiver["expires"])
+            if waiver["expires"] > now:
                 finding["waived"], finding["waiver"] = True, dict(record, status="active")
                 break
             finding["waiver"] = dict(record, status="expired")

@@ -7,10 +7,14 @@ second of imports each); test_a_real_process_exits_2_with_the_error_first runs o
 
 import json
 import os
+import resource
 import shutil
+import subprocess
+import time
 
 import pytest
 
+from conftest import ROOT, VENV_BIN
 from ext4audit import cli as cli_mod
 from test_probe_controller import PLAN, audited, record, write_probe
 from test_reports import cli, hostile_facts, write_run
@@ -126,6 +130,16 @@ WAIVER_CASES = [
     ("nested", b"[" * 3000, "cannot read waiver file"),
     ("a-list", b"- rule: EXT4_NOBARRIER\n", "expected a mapping with a 'waivers' list"),
     ("no-approver", b"waivers:\n  - {rule: EXT4_NOBARRIER, justification: j, expires: 2027-01-01}\n", "has no approver"),
+    ("year-0999", b"waivers:\n  - {rule: EXT4_NOBARRIER, justification: j, approver: a, expires: 0999-01-01}\n",
+     "waiver #1 (EXT4_NOBARRIER): expires 0999-01-01 is not a year from 2000 to 2100"),
+    ("justification-a-mapping", b"waivers:\n  - {rule: EXT4_NOBARRIER, justification: {a: 1}, approver: a, "
+                                b"expires: 2027-01-01}\n", "(EXT4_NOBARRIER): justification must be text"),
+    ("approver-a-list", b"waivers:\n  - {rule: EXT4_NOBARRIER, justification: j, approver: [1, 2], expires: 2027-01-01}\n",
+     "(EXT4_NOBARRIER): approver must be text"),
+    ("mountpoints-not-names", b"waivers:\n  - {rule: EXT4_NOBARRIER, justification: j, approver: a, "
+                              b"mountpoints: [1, null], expires: 2027-01-01}\n", "mountpoints must be a list of names"),
+    ("alias", b"globs: &g ['/data*']\nwaivers:\n  - {rule: EXT4_NOBARRIER, justification: j, approver: a, "
+              b"mountpoints: *g, expires: 2027-01-01}\n", "found the alias *g"),
 ]
 
 GATE_CASES = [
@@ -138,6 +152,9 @@ GATE_CASES = [
     ("host-waiver", HOST, edit_json(lambda d: d["findings"][0].update(waived=True, waiver=None)), "finding #1"),
     ("host-probe", HOST, edit_json(lambda d: d.update(probe="ran")), "the probe section"),
     ("host-status", HOST, edit_json(lambda d: d.update(status=None)), "no host name or status"),
+    ("host-waiver-expiry", HOST, edit_json(lambda d: d["findings"][0].update(waived=True, waiver={
+        "rule": d["findings"][0]["rule"], "justification": "j", "approver": "a", "expires": "999-01-01T00:00:00Z",
+        "status": "active"})), "finding #1"),
     ("baseline-summary-truncated", BASE_SUMMARY, truncate, "is not valid JSON"),
     ("baseline-host-truncated", BASE_HOST, truncate, "is not valid JSON"),
 ]
@@ -205,3 +222,26 @@ def test_the_untouched_folders_still_report_and_gate(reports_dir, capsys):
     assert main(capsys, "report", str(reports_dir / "run-2"), "--fail-on", "critical",
                 "--baseline", str(reports_dir / "run-1"))[0] == 0
     assert main(capsys, "gate", str(reports_dir / "latest"), "--fail-on", "critical")[0] == 0
+
+
+# A billion laughs under mountpoints: 9 levels of 9 aliases, 9**9 (387 million) strings once expanded.
+BILLION_LAUGHS = ("laughs:\n  l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    "  l%d: &l%d [%s]\n" % (n, n, ", ".join(["*l%d" % (n - 1)] * 9)) for n in range(1, 9)) +
+    "waivers:\n  - {rule: EXT4_NOBARRIER, justification: j, approver: a, expires: 2027-01-01, mountpoints: [*l8]}\n")
+MEMORY_CAP = 2 << 30  # the process's address space: an expanding bomb hits it instead of the machine
+
+
+def test_an_alias_bomb_fails_fast_with_file_and_line(reports_dir, tmp_path):
+    bomb = tmp_path / "waivers.yml"
+    bomb.write_text(BILLION_LAUGHS)
+    started = time.monotonic()
+    result = subprocess.run(
+        [os.path.join(VENV_BIN, "python"), "-m", "ext4audit", "gate", str(reports_dir / "run-2"), "--waivers", str(bomb)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP)))
+    elapsed, err = time.monotonic() - started, result.stderr.decode()
+    assert result.returncode == 2 and err.splitlines()[0] == (
+        "error: cannot read waiver file %s: found the alias *l0: aliases (and << merges) are not allowed in this file"
+        % bomb), err
+    assert '  in "%s", line 3, column 12' % bomb in err and "Traceback" not in err, err
+    assert elapsed < 10, "took %.1f s" % elapsed

@@ -60,6 +60,19 @@ def test_waiver_expiry_is_utc_midnight():
     (waiver(expires="next week"), "is not a date"),
     (waiver(rule="NO_SUCH_RULE"), "unknown rule"),
     (waiver(hosts="db-1"), "must be a list"),
+    # An old year compared as text ("999-01-01..." > "2026-...") made an expired waiver active.
+    (waiver(expires=datetime.date(999, 1, 1)), r"waiver #1 \(EXT4_DIOREAD_NOLOCK_NODELALLOC\): expires 0999-01-01 "
+                                                r"is not a year from 2000 to 2100"),
+    (waiver(expires="0999-01-01"), "expires 0999-01-01 is not a year from 2000 to 2100"),
+    (waiver(expires=datetime.date(2101, 1, 1)), "expires 2101-01-01 is not a year from 2000 to 2100"),
+    # Values of the wrong type were turned into text ("{'a': 1}", "['1', 'None']").
+    (waiver(justification={"a": 1}), r"\(EXT4_DIOREAD_NOLOCK_NODELALLOC\): justification must be text, got \{'a': 1\}"),
+    (waiver(approver=[1, 2]), r"approver must be text, got \[1, 2\]"),
+    (waiver(mountpoints=[1, None]), r"mountpoints must be a list of names \(quote numbers\), got \[1, None\]"),
+    (waiver(hosts=[7]), r"hosts must be a list of names"),
+    (waiver(groups=[""]), r"groups must be a list of names"),
+    # A misspelt scope would have made a host-level waiver fleet-wide.
+    (waiver(host=["db-1"]), "unknown field host"),
 ])
 def test_invalid_waivers_are_errors(entry, message):
     with pytest.raises(waivers.WaiverError, match=message):
@@ -153,16 +166,16 @@ def test_gate_applies_a_new_waiver_file(run_dir, tmp_path):
     cli("report", run_dir)
     path = tmp_path / "waivers.yml"
     path.write_text("waivers:\n  - rule: EXT4_NOBARRIER\n    hosts: [db-1]\n    justification: battery-backed cache\n"
-                    "    approver: storage\n    expires: 2999-01-01\n")
+                    "    approver: storage\n    expires: 2099-01-01\n")
     assert cli("gate", run_dir, "--unreachable-incomplete", "false", "--waivers", str(path))[0] == 0
-    path.write_text(path.read_text().replace("2999-01-01", "2001-01-01"))
+    path.write_text(path.read_text().replace("2099-01-01", "2001-01-01"))
     rc, out, err = cli("gate", run_dir, "--unreachable-incomplete", "false", "--waivers", str(path), "--table")
     assert rc == 1 and "verdict: fail" in out
 
 
 def test_report_with_invalid_waivers_is_an_error(run_dir, tmp_path):
     path = tmp_path / "waivers.yml"
-    path.write_text("waivers:\n  - rule: EXT4_NOBARRIER\n    approver: x\n    expires: 2999-01-01\n")
+    path.write_text("waivers:\n  - rule: EXT4_NOBARRIER\n    approver: x\n    expires: 2099-01-01\n")
     rc, out, err = cli("report", run_dir, "--waivers", str(path))
     assert rc == 2 and "has no justification" in err
     assert not os.path.exists(os.path.join(run_dir, "summary.json"))

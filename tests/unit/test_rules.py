@@ -457,3 +457,122 @@ def test_stripe_on_a_volume_without_raid_geometry(stripe, kind, optimal_io_size,
     queue = {"write_cache": "write through", "rotational": 0, "device": "vdb", "kind": kind,
              "optimal_io_size": optimal_io_size, "model": None}
     assert rules(facts(options=with_options(stripe), queue=queue)).get("EXT4_STRIPE_WITHOUT_RAID") == expected
+
+
+def catalog_with(tmp_path, change):
+    """A copy of rules/ whose catalog.yml (as data) went through change(rules by id)."""
+    import yaml
+    doc = yaml.safe_load(open(os.path.join(catalog_mod.RULES_DIR, "catalog.yml")))
+    change(dict((rule["id"], rule) for rule in doc["rules"]))
+    (tmp_path / "catalog.yml").write_text(yaml.safe_dump(doc))
+    (tmp_path / "kernel_issues.yml").write_text(open(os.path.join(catalog_mod.RULES_DIR, "kernel_issues.yml")).read())
+    return str(tmp_path)
+
+
+def set_in(rule_id, *keys, value):
+    """change(): rules[rule_id][keys...] = value."""
+    def change(rules):
+        node = rules[rule_id]
+        for key in keys[:-1]:
+            node = node[key]
+        node[keys[-1]] = value
+    return change
+
+
+# (id, change, what the error must say: the rule, the field and the bad value)
+TYPOS = [
+    ("fact-misspelt", set_in("EXT4_NOBARRIER", "when", value={"fact": "opt.barier", "eq": False}),
+     "rule EXT4_NOBARRIER: fact 'opt.barier' is not a fact a filesystem rule can read"),
+    ("fact-no-such-root", set_in("EXT4_DATA_JOURNAL", "when", value={"fact": "nosuch.data", "eq": "journal"}),
+     "rule EXT4_DATA_JOURNAL: fact 'nosuch.data' is not"),
+    ("fact-inside-a-list", set_in("EXT4_DATA_WRITEBACK", "when", value={"fact": "sb.features.csum", "eq": 1}),
+     "rule EXT4_DATA_WRITEBACK: fact 'sb.features.csum' is not"),
+    ("fact-of-another-scope", set_in("KERNEL_DIO_CORRUPTION_6_1_64", "when", "all", 0,
+                                     value={"fact": "opt.data", "eq": "ordered"}),
+     "rule KERNEL_DIO_CORRUPTION_6_1_64: fact 'opt.data' is not a fact a host rule can read"),
+    ("fact-in-escalate", set_in("EXT4_NOBARRIER", "escalate", 0, "when", value={"fact": "queue.writecache", "eq": "x"}),
+     "rule EXT4_NOBARRIER: fact 'queue.writecache' is not"),
+    ("placeholder-unknown", set_in("EXT4_DATA_WRITEBACK", "message", value="{mountpiont}: data=writeback"),
+     "rule EXT4_DATA_WRITEBACK: message placeholder {mountpiont} is not one of the plain fields"),
+    ("placeholder-attribute", set_in("EXT4_DATA_WRITEBACK", "message", value="{mountpoint.__class__.__mro__}"),
+     "rule EXT4_DATA_WRITEBACK: message placeholder {mountpoint.__class__.__mro__} is not"),
+    ("placeholder-index", set_in("EXT4_DATA_WRITEBACK", "message", value="{mountpoint[0]}"),
+     "rule EXT4_DATA_WRITEBACK: message placeholder {mountpoint[0]} is not"),
+    ("placeholder-conversion", set_in("EXT4_DATA_WRITEBACK", "message", value="{mountpoint!r}"),
+     "rule EXT4_DATA_WRITEBACK: message placeholder {mountpoint!r} is not"),
+    ("placeholder-positional", set_in("EXT4_DATA_WRITEBACK", "message", value="{} is bad"),
+     "rule EXT4_DATA_WRITEBACK: message placeholder {} is not"),
+    ("placeholder-unbalanced", set_in("EXT4_DATA_WRITEBACK", "message", value="{mountpoint: bad"),
+     "rule EXT4_DATA_WRITEBACK: message '{mountpoint: bad' is not a valid template"),
+    ("placeholder-in-because", set_in("EXT4_NOBARRIER", "escalate", 0, "because", value="cache {cache_mode}"),
+     "rule EXT4_NOBARRIER: because placeholder {cache_mode} is not"),
+    ("probe-misspelt", set_in("EXT4_AUTO_DA_ALLOC_RENAME", "confirmation", "probe", value="rename_over_existng"),
+     "rule EXT4_AUTO_DA_ALLOC_RENAME: confirmation probe 'rename_over_existng' is not one of the probe's"),
+    ("field-misspelt", set_in("EXT4_NOBARRIER", "escalte", value=[]), "rule EXT4_NOBARRIER: unknown field escalte"),
+    ("escalate-field-misspelt", set_in("EXT4_NOBARRIER", "escalate", 0, "becuase", value="x"),
+     "rule EXT4_NOBARRIER: escalate must be a list of entries with exactly when, severity, because"),
+    ("all-and-any", set_in("EXT4_DATA_JOURNAL", "when", value={"all": [{"fact": "opt.data", "eq": "journal"}],
+                                                             "any": [{"fact": "opt.nosuch", "eq": 1}]}),
+     "rule EXT4_DATA_JOURNAL: predicate"),
+]
+
+
+@pytest.mark.parametrize("case", TYPOS, ids=[c[0] for c in TYPOS])
+def test_a_typo_in_a_rule_fails_the_load(tmp_path, case):
+    name, change, message = case
+    with pytest.raises(catalog_mod.CatalogError) as raised:
+        catalog_mod.load(catalog_with(tmp_path, change))
+    assert message in str(raised.value)
+
+
+def test_a_typo_in_a_kernel_issue_fails_the_load(tmp_path):
+    rules_dir = catalog_with(tmp_path, lambda rules: None)
+    path = tmp_path / "kernel_issues.yml"
+    path.write_text(path.read_text().replace("{vendor: upstream, min: \"6.1.64\"", "{vendor: upstrem, min: \"6.1.64\""))
+    with pytest.raises(catalog_mod.CatalogError, match="kernel issue DIO_POSITION_CORRUPTION_6_1_64: vendor 'upstrem'"):
+        catalog_mod.load(rules_dir)
+    path.write_text(path.read_text().replace("upstrem", "upstream").replace('max: "6.1.66"', 'max: "6.1.x"'))
+    with pytest.raises(catalog_mod.CatalogError, match="DIO_POSITION_CORRUPTION_6_1_64: max '6.1.x' is not"):
+        catalog_mod.load(rules_dir)
+
+
+@pytest.mark.parametrize("name", ["catalog.yml", "kernel_issues.yml"])
+def test_aliases_in_the_catalog_are_refused_with_file_and_line(tmp_path, name):
+    rules_dir = catalog_with(tmp_path, lambda rules: None)
+    path = tmp_path / name
+    path.write_text(path.read_text() + "extra: &x [1]\nmore: *x\n")
+    lines = path.read_text().count("\n")
+    with pytest.raises(catalog_mod.CatalogError) as raised:
+        catalog_mod.load(rules_dir)
+    assert "found the alias *x" in str(raised.value)
+    assert 'in "%s", line %d' % (path, lines) in str(raised.value)
+
+
+def test_the_fact_paths_are_what_the_engine_computes():
+    """derived and host are the engine's own facts: fact_paths lists exactly those."""
+    from ext4audit import fact_paths
+    record = facts()
+    assert set(engine.filesystem_context(record["filesystems"][0], record)["derived"]) == set(fact_paths.DERIVED)
+    assert set(engine.host_context(record)["host"]) == set(fact_paths.HOST)
+    assert set(fact_paths.BY_SCOPE) == set(catalog_mod.SCOPES)
+
+
+def test_the_fact_paths_cover_every_fixture():
+    """Every superblock field, option and jbd2 statistic in the real output kept as fixtures is a
+    path rules may read (tests/integration/test_fact_paths.py checks a live facts record)."""
+    from ext4audit import fact_paths
+    for name in os.listdir(os.path.join(ROOT, "tests", "fixtures", "dumpe2fs")):
+        assert set(p.parse_dumpe2fs(fixture_text("dumpe2fs", name))) == set(fact_paths.SUPERBLOCK), name
+    for name in os.listdir(os.path.join(ROOT, "tests", "fixtures", "ext4_options")):
+        options = p.option_map(p.parse_ext4_options(fixture_text("ext4_options", name)))
+        assert set(options) <= set(fact_paths.OPTIONS), (name, set(options) - set(fact_paths.OPTIONS))
+    for name in os.listdir(os.path.join(ROOT, "tests", "fixtures", "jbd2")):
+        if "fc_info" not in name:  # the fast-commit statistics file, not jbd2's info
+            assert set(p.parse_jbd2_info(fixture_text("jbd2", name))) <= set(fact_paths.JBD2), name
+
+
+def test_the_probe_ids_are_the_probes():
+    """Read from the probe's source: the same ids the role runs by default (all of them)."""
+    import yaml
+    with open(os.path.join(ROOT, "roles", "chopper_probe", "defaults", "main.yml")) as handle:
+        assert catalog_mod.probe_ids() == set(yaml.safe_load(handle)["chopper_probe_confirmations"])
