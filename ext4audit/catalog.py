@@ -5,9 +5,9 @@ import re
 
 import yaml
 
-from . import ROOT, SEVERITIES
+from . import SEVERITIES
 
-RULES_DIR = os.path.join(ROOT, "rules")
+RULES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rules")  # a link to ../rules in the repository
 SCOPES = ("filesystem", "netfs", "host")
 REQUIRED = ("id", "title", "scope", "severity", "when", "message", "rationale", "remediation",
             "references", "tags")

@@ -108,13 +108,13 @@ import stat
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ext4_parsers import (
+from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers import (
     EXT4_DRIVER_TYPES, NETFS_TYPES, ParseError, ext_fstype, fstab_drift, fstab_mount_tokens, fstab_spec_target,
     has_ext_magic, infer_options, option_map, parse_bzimage_version, parse_debugfs_fast_link, parse_debugfs_ls,
     parse_dumpe2fs, parse_dumpe2fs_identity, parse_fstab, parse_grub_first_kernel, parse_os_release,
     parse_partition_table, plain_image_path, release_sort_key,
 )
-from ansible.module_utils.kernel_version import identify
+from ansible_collections.ext4audit.fleet.plugins.module_utils.kernel_version import identify
 
 QCOW2_MAGIC = b"QFI\xfb"
 ENV = {"LC_ALL": "C", "LANG": "C"}

@@ -88,11 +88,11 @@ import os
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ext4_parsers import (
+from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers import (
     EXT4_DRIVER_TYPES, NETFS_TYPES, ParseError, fstab_drift, infer_options, option_map, parse_dumpe2fs,
     parse_ext4_options, parse_fstab, parse_jbd2_info, parse_mountinfo, parse_os_release,
 )
-from ansible.module_utils.kernel_version import identify
+from ansible_collections.ext4audit.fleet.plugins.module_utils.kernel_version import identify
 
 
 def read_text(path):
