@@ -22,7 +22,7 @@ deps:
 
 # The pinned tools, then the controller package (pyproject.toml; its `ext4audit` command is what
 # the roles run), editable: the checkout's ext4audit/ is what runs.
-$(VENV)/.installed: requirements.txt pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-controller.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e .
