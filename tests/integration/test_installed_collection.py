@@ -113,3 +113,32 @@ def test_installed_collection_audits_probes_reports_and_gates(installed, loopfs,
                             cwd=str(work), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert failed.returncode != 0
     assert "verdict: fail" in failed.stdout.decode(errors="replace")
+
+
+def test_ansible_runner_runs_the_audit_and_reports_the_verdict(installed, loopfs, tmp_path):
+    """ansible-runner, the engine AWX and AAP run playbooks with (process isolation off): its
+    status and rc, and the verdict line among the job events."""
+    fs = loopfs.make("runner")
+    private = tmp_path / "runner"
+    (private / "env").mkdir(parents=True)
+    (private / "project").mkdir()
+    (private / "inventory").mkdir()
+    inventory = write_inventory(private / "inventory", fs["mountpoint"], "/dev/shm/ext4-audit-probe-runner-%d" % os.getpid())
+    (private / "env" / "envvars").write_text(yaml.safe_dump({"ANSIBLE_COLLECTIONS_PATH": str(installed["collections"]),
+                                                              "ANSIBLE_NOCOLOR": "1"}))
+    (private / "env" / "extravars").write_text(yaml.safe_dump({"ext4_audit_fail_on": "critical", "chopper_probe_enabled": False}))
+    venv_bin = installed["venv"] / "bin"
+    env = clean_env(PATH=str(venv_bin) + os.pathsep + os.environ["PATH"])
+    result = subprocess.run([str(venv_bin / "python"), "-m", "ansible_runner", "run", str(private),
+                             "-p", "ext4audit.fleet.audit", "--inventory", str(inventory), "--ident", "audit"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = result.stdout.decode(errors="replace")
+    assert result.returncode == 0, out
+    artifacts = private / "artifacts" / "audit"
+    assert (artifacts / "status").read_text() == "successful"
+    assert (artifacts / "rc").read_text() == "0"
+    events = [load_json(path) for path in sorted(glob.glob(str(artifacts / "job_events" / "*.json")))]
+    verdicts = [event for event in events if event.get("event") == "runner_on_ok"
+                and "verdict: pass" in event.get("stdout", "")]
+    assert verdicts, [event.get("event") for event in events]
+    assert load_json(str(private / "project" / "reports" / "latest" / "summary.json"))["verdict"] == "pass"
