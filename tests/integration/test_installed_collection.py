@@ -9,6 +9,7 @@ through a .pth line to this venv's site-packages instead of downloading them aga
 and ext4audit are installed into it for real, so its bin/ has its own ansible-playbook and ext4audit.
 """
 
+import ast
 import glob
 import os
 import subprocess
@@ -63,6 +64,30 @@ def installed(tmp_path_factory):
     return {"tarball": tarball, "collections": collections, "collection_dir": collection_dir, "venv": venv}
 
 
+def module_return_doc(path):
+    """The RETURN block of a module file, parsed."""
+    with open(path) as handle:
+        tree = ast.parse(handle.read())
+    [text] = [node.value.value for node in tree.body if isinstance(node, ast.Assign)
+              and getattr(node.targets[0], "id", None) == "RETURN"]
+    return yaml.safe_load(text)
+
+
+def undocumented(value, doc, where):
+    """Keys of a real result that its RETURN documentation (`contains`, recursively) lacks."""
+    missing = []
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        for key, inner in item.items():
+            if key not in doc:
+                missing.append("%s.%s" % (where, key))
+            elif "contains" in doc[key]:
+                missing += undocumented(inner, doc[key]["contains"], "%s.%s" % (where, key))
+    return sorted(set(missing))
+
+
 def write_inventory(folder, mountpoint, scratch_dir):
     inventory = {"all": {"hosts": {"scratch-host": {
         "ansible_connection": "local",
@@ -107,6 +132,12 @@ def test_installed_collection_audits_probes_reports_and_gates(installed, loopfs,
                for f in report["findings"])
     assert report["probe"]["status"] == "ran", report["probe"]
     assert report["probe"]["sweep"]["runs_completed"] == 8
+
+    # The module's RETURN documents every key it really returned here (journal statistics included).
+    [record] = [load_json(path) for path in glob.glob(str(work / "reports" / "latest" / "facts" / "*.json"))]
+    assert any(fs["jbd2"] for fs in record["facts"]["filesystems"])
+    doc = module_return_doc(str(installed["collection_dir"] / "plugins" / "modules" / "ext4_facts.py"))
+    assert undocumented({"ext4_facts": record["facts"]}, doc, "result") == []
 
     # The gate: a finding at or above `low` (nodelalloc's) fails the run, exit non-zero.
     failed = subprocess.run(argv[:-1] + ["ext4_audit_fail_on=low", "-e", "chopper_probe_enabled=false"],
