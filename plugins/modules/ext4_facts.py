@@ -42,15 +42,18 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Runs under check mode and returns the same result.
   diff_mode:
     support: none
+    description: Changes nothing, so there is no diff.
 notes:
   - Target side needs only Python >= 3.8 and e2fsprogs.
 seealso:
   - name: ext4 admin guide
+    description: The kernel's documentation of every ext4 mount option.
     link: https://www.kernel.org/doc/html/latest/admin-guide/ext4.html
 author:
-  - ext4 fleet audit maintainers
+  - ext4 fleet audit maintainers (@ext4audit)
 """
 
 EXAMPLES = r"""
@@ -178,7 +181,7 @@ ext4_facts:
           type: list
           elements: str
         options_source:
-          description: Where O(ext4_facts.filesystems.options) came from (proc, or inferred when C(/proc/fs/ext4) is missing).
+          description: Where RV(ext4_facts.filesystems.options) came from (proc, or inferred when C(/proc/fs/ext4) is missing).
           returned: always
           type: str
           sample: proc

@@ -13,14 +13,14 @@ module: ext4_image_facts
 short_description: Read the ext4 filesystems, fstab and kernels of a disk image without mounting it
 description:
   - Reads a raw or qcow2 disk image (a machine image before rollout) and returns the same facts as
-    M(ext4_facts) does for a running host, so the same rules apply to it.
+    M(ext4audit.fleet.ext4_facts) does for a running host, so the same rules apply to it.
   - Reads the MBR or GPT partition table (or a bare filesystem), C(dumpe2fs -h) of every ext2/3/4
     filesystem, the root filesystem's C(/etc/fstab) (sources matched by UUID=, LABEL=, PARTUUID=,
     PARTLABEL=, device name or partition number), C(/etc/os-release) and the kernels in C(/boot)
     (a separate C(/boot) partition or a folder of root). Each kernel's release and version string
     come from its bzImage setup header, so the kernel rules work offline.
   - The effective mount options are inferred from the kernel defaults, the superblock and the fstab
-    options (C(options_source=inferred)), as M(ext4_facts) does on kernels without
+    options (C(options_source=inferred)), as M(ext4audit.fleet.ext4_facts) does on kernels without
     C(/proc/fs/ext4/<dev>/options).
   - Nothing is mounted and no loop device is attached, so the image never reaches the controller
     kernel's ext4 code; C(dumpe2fs) and C(debugfs) (read-only) open the file at each partition's
@@ -54,15 +54,17 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Runs under check mode and returns the same result.
   diff_mode:
     support: none
+    description: Changes nothing, so there is no diff.
 notes:
   - Needs e2fsprogs (and qemu-utils for qcow2) on the host that runs it, usually the controller.
   - Partition tables are read with 512-byte sectors (and 4096 for GPT); LVM and md sources in fstab
     are not followed and are listed in C(errors).
   - Only x86 bzImage kernels are read; the page size is taken as 4096 (x86).
 author:
-  - ext4 fleet audit maintainers
+  - ext4 fleet audit maintainers (@ext4audit)
 """
 
 EXAMPLES = r"""

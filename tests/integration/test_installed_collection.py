@@ -173,3 +173,37 @@ def test_ansible_runner_runs_the_audit_and_reports_the_verdict(installed, loopfs
                 and "verdict: pass" in event.get("stdout", "")]
     assert verdicts, [event.get("event") for event in events]
     assert load_json(str(private / "project" / "reports" / "latest" / "summary.json"))["verdict"] == "pass"
+
+
+def test_preflight_stops_before_any_host_without_the_controller_package(installed, tmp_path):
+    """A plain ansible-core venv (as pip installs it, without numpy & co): the play stops on the
+    controller with one line naming what is missing and the install command, and no host is
+    contacted (the inventory's only host is an SSH address nothing listens on)."""
+    venv = tmp_path / "plain"
+    run([sys.executable, "-m", "venv", str(venv)])
+    run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", ANSIBLE_CORE])
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    (work / "inventory.yml").write_text(yaml.safe_dump({"all": {"hosts": {"never-contacted": {
+        "ansible_host": "127.0.0.1", "ansible_port": 9, "ansible_connection": "ssh"}}}}))
+    env = clean_env(ANSIBLE_COLLECTIONS_PATH=str(installed["collections"]), PATH="/usr/bin:/bin")
+    argv = [str(venv / "bin" / "ansible-playbook"), "ext4audit.fleet.audit", "-i", "inventory.yml"]
+
+    def attempt():
+        result = subprocess.run(argv, cwd=str(work), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        out = result.stdout.decode(errors="replace")
+        assert result.returncode != 0, out
+        assert "never-contacted" not in out.split("PLAY RECAP")[0], out  # stopped in the first play
+        assert not (work / "reports").exists()
+        [line] = [line for line in out.splitlines() if "Task failed" in line]
+        return line
+
+    line = attempt()
+    assert "ext4audit was not found next to %s" % (venv / "bin" / "python") in line, line
+    assert "-m pip install 'ext4audit>=" in line and str(installed["collection_dir"]) in line, line
+
+    # The package without its requirements: named, with the command that installs them.
+    run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+         str(installed["collection_dir"])])
+    line = attempt()
+    assert "numpy==" in line and "is missing" in line and "pip install" in line, line
