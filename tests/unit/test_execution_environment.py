@@ -33,7 +33,8 @@ def test_ansible_builder_create_writes_the_projects_pins(tmp_path):
         assert re.search(r"^%s " % package, (build / "bindep.txt").read_text(), re.M)
 
     project = pins(os.path.join(ROOT, "requirements.txt"))
-    containerfile = (context / "Dockerfile").read_text()
+    # Containerfile with podman on PATH, Dockerfile otherwise
+    [containerfile] = [(context / name).read_text() for name in ("Containerfile", "Dockerfile") if (context / name).exists()]
     refs = re.search(r'^ARG ANSIBLE_INSTALL_REFS="([^"]*)"', containerfile, re.M).group(1).split()
     assert sorted(refs) == sorted([project["ansible-core"], project["ansible-runner"]])
 
