@@ -109,3 +109,15 @@ def test_no_sys_path_edits_for_the_parsers():
             if re.search(r"sys\.path\s*(\.insert|\.append|\[|=|\+=)", handle.read()):
                 offenders.append(path)
     assert offenders == []
+
+
+def test_make_audit_installs_only_what_the_audit_needs_and_waits_for_apt():
+    """`make -n` prints the recipes with the variables expanded, without running them."""
+    def recipe(target):
+        return subprocess.run(["make", "-n", target], cwd=ROOT, stdout=subprocess.PIPE, check=True).stdout.decode()
+    audit_deps = recipe("deps")
+    assert "install -y -q e2fsprogs util-linux;" in audit_deps, audit_deps
+    assert "openssh-server" not in audit_deps and "sshfs" not in audit_deps
+    assert audit_deps.count("apt-get -o DPkg::Lock::Timeout=300") == 2, audit_deps  # update and install
+    test_deps = recipe("test-deps")
+    assert "openssh-server sshfs" in test_deps, test_deps
