@@ -15,7 +15,6 @@ import os
 import re
 import subprocess
 import sys
-import sysconfig
 
 import pytest
 import yaml
@@ -57,8 +56,8 @@ def installed(tmp_path_factory):
     run([sys.executable, "-m", "venv", str(venv)])
     site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           stdout=subprocess.PIPE, check=True).stdout.decode().strip()
-    with open(os.path.join(site, "project-libraries.pth"), "w") as handle:
-        handle.write(sysconfig.get_paths()["purelib"] + "\n")
+    with open(os.path.join(site, "project-libraries.pth"), "w") as handle:  # this Python's site-packages
+        handle.write("".join(path + "\n" for path in sys.path if path.endswith("site-packages")))
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps"]
     run(pip + ["--ignore-installed", ANSIBLE_CORE])
     run(pip + [str(collection_dir)])
