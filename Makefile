@@ -3,24 +3,34 @@
 SHELL := /bin/bash
 VENV := .venv
 PYTHON ?= python3
-# e2fsprogs, util-linux: the audit and the probe; openssh-server, sshfs: the tests' real network mount.
-APT_PACKAGES := e2fsprogs util-linux openssh-server sshfs
-APT_COMMANDS := dumpe2fs debugfs losetup /usr/sbin/sshd sshfs
+# e2fsprogs, util-linux: the audit and the probe (nothing else: `make audit` installs only these).
+APT_PACKAGES := e2fsprogs util-linux
+APT_COMMANDS := dumpe2fs debugfs losetup
+# apt-get that waits up to 5 minutes for another apt (unattended-upgrades on a fresh cloud VM)
+# instead of failing at once.
+APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: setup deps vm-deps lint-deps test-deps cloud-deps audit test lint rules clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records e2fsprogs-corpus
+.PHONY: collection setup deps vm-deps lint-deps test-deps cloud-deps audit test lint rules clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records e2fsprogs-corpus
 setup: deps $(VENV)/.installed
 
 # Debian packages the audit and the tests use; installed only when a tool is missing.
 deps:
 	@for c in $(APT_COMMANDS); do command -v $$c >/dev/null || missing=1; done; \
-	if [ -n "$$missing" ]; then echo "installing $(APT_PACKAGES)"; apt-get update -q && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(APT_PACKAGES); fi
+	if [ -n "$$missing" ]; then echo "installing $(APT_PACKAGES)"; $(APT_GET) update -q && \
+	  $(APT_GET) install -y -q $(APT_PACKAGES); fi
 
-$(VENV)/.installed: requirements.txt
+# The pinned tools, then the controller package (pyproject.toml; its `ext4audit` command is what
+# the roles run), editable: the checkout's ext4audit/ is what runs.
+$(VENV)/.installed: requirements.txt requirements-controller.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e .
 	touch $@
+
+# The collection ext4audit.fleet (galaxy.yml) as dist/ext4audit-fleet-<version>.tar.gz.
+collection: setup
+	$(VENV)/bin/ansible-galaxy collection build --force --output-path dist .
 
 # Main job: audit this machine with the embedded inventory (exit code is the gate's).
 audit: setup
@@ -32,8 +42,8 @@ VM_APT_PACKAGES := qemu-system-x86 qemu-utils debootstrap fdisk
 VM_APT_COMMANDS := qemu-system-x86_64 qemu-img debootstrap sfdisk
 vm-deps:
 	@for c in $(VM_APT_COMMANDS); do command -v $$c >/dev/null || missing=1; done; \
-	if [ -n "$$missing" ]; then echo "installing $(VM_APT_PACKAGES)"; apt-get update -q && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(VM_APT_PACKAGES); fi
+	if [ -n "$$missing" ]; then echo "installing $(VM_APT_PACKAGES)"; $(APT_GET) update -q && \
+	  $(APT_GET) install -y -q --no-install-recommends $(VM_APT_PACKAGES); fi
 
 # Lint tools outside the venv (`make lint`, tests/unit/test_workflows.py): shellcheck (actionlint
 # checks run: scripts with it) and actionlint, built with Go into the venv (the PyPI wrapper
@@ -44,18 +54,18 @@ ACTIONLINT_VERSION := 1.7.12
 ACTIONLINT_GO_MIN := 1.25
 GO ?= $(firstword $(shell command -v go) $(wildcard /usr/local/go/bin/go))
 lint-deps: setup
-	@command -v shellcheck >/dev/null || { echo "installing shellcheck"; apt-get update -q && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends shellcheck; }
+	@command -v shellcheck >/dev/null || { echo "installing shellcheck"; $(APT_GET) update -q && \
+	  $(APT_GET) install -y -q --no-install-recommends shellcheck; }
 	@go="$(GO)"; \
 	if $(VENV)/bin/actionlint -version 2>/dev/null | grep -qx 'v$(ACTIONLINT_VERSION)'; then exit 0; fi; \
 	if [ -z "$$go" ]; then \
-	  apt-get update -q >/dev/null; \
+	  $(APT_GET) update -q >/dev/null; \
 	  candidate=$$(apt-cache policy golang-go | sed -n 's/^ *Candidate: \([0-9]*:\)\{0,1\}\([0-9.]*\).*/\2/p'); \
 	  if ! printf '%s\n' $(ACTIONLINT_GO_MIN) "$$candidate" | sort -V -C; then \
 	    echo "SKIPPED actionlint: no Go toolchain, and Debian's golang-go ($${candidate:-none}) is older than" \
 	         "$(ACTIONLINT_GO_MIN); install Go >= $(ACTIONLINT_GO_MIN) (e.g. /usr/local/go) and run make lint-deps"; \
 	    exit 0; fi; \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends golang-go && go=/usr/bin/go; \
+	  $(APT_GET) install -y -q --no-install-recommends golang-go && go=/usr/bin/go; \
 	fi; \
 	echo "building actionlint $(ACTIONLINT_VERSION) with $$go"; \
 	GOBIN=$(CURDIR)/$(VENV)/bin GOPATH=$(CURDIR)/.cache/go GOCACHE=$(CURDIR)/.cache/go/build GOFLAGS=-modcacherw \
@@ -65,13 +75,14 @@ lint-deps: setup
 # package goes in the first list, a command it installs in the second). chromium, chromium-driver:
 # the HTML report opened in a real browser. prometheus: its promtool checks and unit-tests
 # monitoring/prometheus/ (Debian ships promtool only in the server's package; where systemd runs,
-# installing it also starts a Prometheus on :9090).
-TEST_APT_PACKAGES := chromium chromium-driver prometheus
-TEST_APT_COMMANDS := /usr/bin/chromium /usr/bin/chromedriver /usr/bin/promtool
+# installing it also starts a Prometheus on :9090). openssh-server, sshfs: the tests' SSH hosts and
+# real network mount (not `make audit`: it must not put an SSH server on the machine it audits).
+TEST_APT_PACKAGES := chromium chromium-driver prometheus openssh-server sshfs
+TEST_APT_COMMANDS := /usr/bin/chromium /usr/bin/chromedriver /usr/bin/promtool /usr/sbin/sshd sshfs
 test-deps: lint-deps
 	@for c in $(TEST_APT_COMMANDS); do command -v $$c >/dev/null || missing=1; done; \
-	if [ -n "$$missing" ]; then echo "installing $(TEST_APT_PACKAGES)"; apt-get update -q && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $(TEST_APT_PACKAGES); fi
+	if [ -n "$$missing" ]; then echo "installing $(TEST_APT_PACKAGES)"; $(APT_GET) update -q && \
+	  $(APT_GET) install -y -q --no-install-recommends $(TEST_APT_PACKAGES); fi
 
 # The AMI path of the image pre-rollout check (playbooks/ami_precheck_cloud.yml; never run here):
 # boto3 into the venv and the amazon.aws collection of requirements.yml. Not part of `make test`.

@@ -5,7 +5,7 @@
 
 The hosts are made from the real fixtures in tests/fixtures (dumpe2fs -h, /proc/fs/ext4 options,
 jbd2 info, mountinfo lines, the kernel strings of tests/unit/test_kernel_version.py), parsed by
-the real parsers in module_utils/ and assembled into facts records the way library/ext4_facts.py
+the real parsers in plugins/module_utils/ and assembled into facts records the way library/ext4_facts.py
 does: 3 to 9 filesystems per host, some network mounts, fstab entries with drift, odd mount
 point names, read errors; 1% of the hosts unreachable; a waiver file (host, group and mount
 point waivers, one expired). A baseline run (the same fleet a night earlier: 3% of the hosts
@@ -44,10 +44,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 PAGE = os.sysconf("SC_PAGE_SIZE")
-sys.path[:0] = [ROOT, os.path.join(ROOT, "module_utils"), os.path.join(ROOT, "tests", "unit")]
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests", "unit")]
 
-import ext4_parsers as parsers  # noqa: E402
-import kernel_version  # noqa: E402
+from ext4audit.parsers import ext4_parsers as parsers, kernel_version  # noqa: E402
 import test_kernel_version as kv_fixtures  # noqa: E402  (the real /proc/version strings)
 
 # A filesystem kind: (mountinfo line of tests/fixtures/mountinfo/ext4-loop-options-6.18.txt,

@@ -1,13 +1,10 @@
 """Controller side of the ext4 fleet audit: rules, waivers, reports and the gate."""
 
 import os
-import sys
 
+# The release: the same as galaxy.yml's (tests/unit/test_packaging.py checks they agree).
+__version__ = "1.0.0"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The parsers and kernel-version logic live once, in module_utils/, shipped to targets inside
-# the ext4_facts module; the controller imports the same files.
-if os.path.join(ROOT, "module_utils") not in sys.path:
-    sys.path.insert(0, os.path.join(ROOT, "module_utils"))
 
 SEVERITIES = ("info", "low", "medium", "high", "critical")
 

@@ -9,13 +9,14 @@ import os
 import re
 import string
 
-import kernel_version
+from . import SEVERITIES, engine, fact_paths, safe_yaml, severity_rank
+from .parsers import kernel_version
 
-from . import ROOT, SEVERITIES, engine, fact_paths, safe_yaml, severity_rank
-
-RULES_DIR = os.path.join(ROOT, "rules")
-# The confirmation probes exist where the probe defines them (Confirmations.PROBES).
-PROBE_SCRIPT = os.path.join(ROOT, "roles", "chopper_probe", "files", "ext4_probe.py")
+HERE = os.path.dirname(os.path.abspath(__file__))
+RULES_DIR = os.path.join(HERE, "rules")  # a link to ../rules in the repository
+# The confirmation probes exist where the probe defines them (Confirmations.PROBES); a link to
+# ../roles/chopper_probe/files in the repository.
+PROBE_SCRIPT = os.path.join(HERE, "probe_files", "ext4_probe.py")
 SCOPES = tuple(fact_paths.BY_SCOPE)
 KINDS = ("data-safety", "performance", "operability")  # what a rule's finding puts at risk
 # A static performance finding must not fail the default gate (high) by itself: only its probe

@@ -11,7 +11,7 @@ import sys
 import traceback
 
 from . import SEVERITIES, severity_rank, catalog as catalog_mod, kernel_gate, kernel_records, probe, reports, waivers as waivers_mod
-from . import baseline as baseline_mod, fleet, html, merge
+from . import baseline as baseline_mod, fleet, html, merge, version
 
 
 _check, _list_of = fleet._check, fleet._list_of  # the checks of facts records, for host reports too
@@ -248,9 +248,17 @@ def _bool(text):
     raise argparse.ArgumentTypeError("expected true or false, got %r" % text)
 
 
+class _Version(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        code, line = version.report()
+        print(line, file=sys.stderr if code else sys.stdout)
+        parser.exit(code)
+
+
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m ext4audit", description=__doc__,
+    parser = argparse.ArgumentParser(prog="ext4audit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action=_Version, nargs=0, help="print the version and check the installed requirements")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, func in (("report", cmd_report), ("gate", cmd_gate), ("merge", cmd_merge)):
         p = sub.add_parser(name, help=func.__doc__.splitlines()[0] if func.__doc__ else

@@ -9,10 +9,8 @@ import json
 import operator
 import re
 
-import ext4_parsers
-import kernel_version
-
 from . import severity_rank
+from .parsers import ext4_parsers, kernel_version
 
 _VERSION = re.compile(r"^\d+\.\d+")
 _DEFAULT_ON = {"user_xattr", "acl", "block_validity"}  # baked-in defaults not worth mentioning

@@ -13,11 +13,9 @@ import json
 import os
 import re
 
-import kernel_version
+from .parsers import kernel_version
 
-from . import ROOT
-
-DATA_FILE = os.path.join(ROOT, "rules", "kernel_cna_records.json")
+DATA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rules", "kernel_cna_records.json")
 SCHEMA = "ext4-fleet-audit/kernel-cna-records/v1"
 MAX_DATA_BYTES = 16 << 20  # 157 records take some 110 KiB
 SINCE_THE_START = "since the start"

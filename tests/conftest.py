@@ -13,8 +13,6 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 VENV_BIN = os.path.dirname(sys.executable)
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "module_utils"))
 
 
 def fixture_text(*parts):

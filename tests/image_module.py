@@ -15,12 +15,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def main(args_json):
-    sys.path.insert(0, os.path.join(ROOT, "module_utils"))
-    import ext4_parsers
-    import kernel_version
+    sys.path.insert(0, ROOT)
+    from ext4audit.parsers import ext4_parsers, kernel_version
 
-    sys.modules["ansible.module_utils.ext4_parsers"] = ext4_parsers
-    sys.modules["ansible.module_utils.kernel_version"] = kernel_version
+    for module in (ext4_parsers, kernel_version):
+        name = module.__name__.rsplit(".", 1)[1]
+        sys.modules["ansible_collections.ext4audit.fleet.plugins.module_utils." + name] = module
     sys.argv = [os.path.join(ROOT, "library", "ext4_image_facts.py"),
                 json.dumps({"ANSIBLE_MODULE_ARGS": json.loads(args_json)})]
     runpy.run_path(sys.argv[0], run_name="__main__")

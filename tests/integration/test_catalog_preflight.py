@@ -15,15 +15,19 @@ import pytest
 from conftest import ROOT, VENV_BIN, free_port, needs_root
 
 pytestmark = needs_root
-PARTS = ("ansible.cfg", "ext4audit", "library", "module_utils", "playbooks", "roles", "rules")
+PARTS = ("ansible.cfg", "collections", "ext4audit", "library", "meta", "playbooks", "plugins", "roles", "rules")
 
 
 def copy_project(base):
+    """The parts the playbook reads, links kept as links (the checkout is its own collection through
+    collections/ansible_collections/ext4audit/fleet, a relative link to the checkout)."""
     os.makedirs(base)
     for part in PARTS:
         source, target = os.path.join(ROOT, part), os.path.join(base, part)
-        if os.path.isdir(source):
-            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+        if os.path.islink(source):
+            os.symlink(os.readlink(source), target)
+        elif os.path.isdir(source):
+            shutil.copytree(source, target, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy(source, target)
     return base
@@ -64,7 +68,9 @@ def test_a_typo_stops_the_audit_before_any_host_is_contacted(tmp_path, case):
         "    fleet-host:\n      ansible_host: 127.0.0.1\n      ansible_port: %d\n" % free_port())
     shutil.copy(os.path.join(ROOT, "inventories", "example", "waivers.yml"), str(inventory / "waivers.yml"))
     replace_in(os.path.join(project, target), old, new)
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(project, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    # PYTHONPATH: the venv's ext4audit command imports the copy's package (the venv's own is an
+    # editable install of the checkout, found after sys.path)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(project, "ansible.cfg"), ANSIBLE_NOCOLOR="1", PYTHONPATH=project)
     result = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", str(inventory / "hosts.yml"),
                              "playbooks/audit.yml",
                              "-e", "chopper_probe_enabled=false"],

@@ -4,7 +4,7 @@ network mount (sshfs over a loopback sshd). Every key the record has is a path r
 no real fact is refused as a typo), and the listed keys of the fixed-shape parts are exactly the
 record's (so no listed path is one the module never fills)."""
 
-import ext4_parsers
+from ext4audit.parsers import ext4_parsers
 from conftest import needs_root
 from ext4audit import engine, fact_paths
 from test_module_errors import run_module

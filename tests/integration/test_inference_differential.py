@@ -18,8 +18,7 @@ import time
 
 import pytest
 
-import ext4_parsers as p
-import kernel_version
+from ext4audit.parsers import ext4_parsers as p, kernel_version
 from conftest import needs_root, rule_read_options, run
 
 pytestmark = needs_root

@@ -26,8 +26,7 @@ import xml.etree.ElementTree as ET
 
 from prometheus_client.parser import text_string_to_metric_families
 
-import ext4_parsers
-import kernel_version
+from ext4audit.parsers import ext4_parsers, kernel_version
 from conftest import ROOT, VENV_BIN, fixture_text
 
 HOSTS = 2000

@@ -4,8 +4,7 @@ The live comparison on this machine's kernel is tests/integration/test_inference
 
 import pytest
 
-import ext4_parsers as p
-import kernel_version as kv
+from ext4audit.parsers import ext4_parsers as p, kernel_version as kv
 from conftest import fixture_text, rule_read_options
 
 RULE_OPTIONS = sorted(rule_read_options())

@@ -11,7 +11,7 @@ import os
 import pytest
 import yaml
 
-import kernel_version
+from ext4audit.parsers import kernel_version
 from ext4audit import ROOT
 
 with open(os.path.join(ROOT, "rules", "kernel_issues.yml")) as handle:

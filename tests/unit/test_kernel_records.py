@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ROOT, FIXTURES
 from ext4audit import kernel_records as kr
-import kernel_version as kv
+from ext4audit.parsers import kernel_version as kv
 
 TOOL = os.path.join(ROOT, "tools", "kernel_records.py")
 DATA_FILE = os.path.join(ROOT, "rules", "kernel_cna_records.json")

@@ -1,5 +1,5 @@
 # -*- coding: utf-8 -*-
-"""Tests for module_utils/kernel_version.py.
+"""Tests for plugins/module_utils/kernel_version.py.
 
 Release strings, /proc/version and /proc/version_signature lines are copied
 from real hosts (bug reports, boot logs, vendor kernel lists) unless a comment
@@ -8,14 +8,12 @@ says otherwise.  Expected values follow ext4kb.md section 5.
 
 import ast
 import os
-import sys
 
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "module_utils"))
 
-import kernel_version as kv  # noqa: E402
+from ext4audit.parsers import kernel_version as kv  # noqa: E402
 
 # ---------------------------------------------------------------------------
 # Real /proc/version lines
@@ -542,7 +540,7 @@ def test_in_range_vendor_none_means_upstream():
 # Packaging constraints
 # ---------------------------------------------------------------------------
 def test_module_imports_no_project_code():
-    path = os.path.join(REPO, "module_utils", "kernel_version.py")
+    path = os.path.join(REPO, "plugins", "module_utils", "kernel_version.py")
     with open(path) as handle:
         tree = ast.parse(handle.read())
     imported = set()

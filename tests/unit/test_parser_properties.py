@@ -1,5 +1,5 @@
-"""Property-based tests (hypothesis) of every parser: module_utils/ext4_parsers.py,
-module_utils/kernel_version.py and the waiver loader.
+"""Property-based tests (hypothesis) of every parser: plugins/module_utils/ext4_parsers.py,
+plugins/module_utils/kernel_version.py and the waiver loader.
 
 Each parser, on any input, returns a parsed value or raises its documented error (ParseError,
 ValueError, WaiverError): never another exception. Where a format can be written back, the
@@ -19,8 +19,7 @@ import string
 import yaml
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-import ext4_parsers as p
-import kernel_version as kv
+from ext4audit.parsers import ext4_parsers as p, kernel_version as kv
 from ext4audit import waivers
 
 settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True, database=None,

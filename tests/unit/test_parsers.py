@@ -1,11 +1,11 @@
-"""module_utils/ext4_parsers.py against copies of real output (tests/fixtures/README.md says where from)."""
+"""plugins/module_utils/ext4_parsers.py against copies of real output (tests/fixtures/README.md says where from)."""
 
 import glob
 import os
 
 import pytest
 
-import ext4_parsers as p
+from ext4audit.parsers import ext4_parsers as p
 from conftest import FIXTURES, fixture_text
 
 MiB = 1024 * 1024

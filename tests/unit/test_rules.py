@@ -5,8 +5,7 @@ import os
 
 import pytest
 
-import ext4_parsers as p
-import kernel_version
+from ext4audit.parsers import ext4_parsers as p, kernel_version
 from conftest import ROOT, fixture_text
 from ext4audit import catalog as catalog_mod, engine, probe
 

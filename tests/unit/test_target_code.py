@@ -8,8 +8,8 @@ import sys
 from conftest import ROOT, VENV_BIN
 
 TARGET_FILES = [os.path.join(ROOT, "library", "ext4_facts.py"),
-                os.path.join(ROOT, "module_utils", "ext4_parsers.py"),
-                os.path.join(ROOT, "module_utils", "kernel_version.py"),
+                os.path.join(ROOT, "plugins", "module_utils", "ext4_parsers.py"),
+                os.path.join(ROOT, "plugins", "module_utils", "kernel_version.py"),
                 os.path.join(ROOT, "roles", "chopper_probe", "files", "ext4_probe.py")]
 
 
@@ -20,7 +20,7 @@ def test_target_code_runs_on_python_3_8():
 
 
 def test_target_code_imports_only_stdlib_and_ansible():
-    project = {"ansible", "ext4_parsers"}  # the module runtime, and the parsers shipped beside the probe
+    project = {"ansible", "ansible_collections", "ext4_parsers"}  # the module runtime, the collection's module_utils, the parsers beside the probe
     for path in TARGET_FILES:
         names = re.findall(r"^(?:from|import) ([a-z_0-9]+)", open(path).read(), re.M)
         assert names, path

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import ROOT, VENV_BIN, ansible_playbook, load_json, run
 
-import ext4_parsers
+from ext4audit.parsers import ext4_parsers
 
 TOOLS = ["/usr/bin/qemu-system-x86_64", "/usr/bin/qemu-img", "/usr/sbin/debootstrap"]
 MISSING = [tool for tool in TOOLS if not os.path.exists(tool)]

@@ -48,7 +48,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "..", "module_utils")]  # deployed / in the repo
+sys.path[:0] = [HERE]  # deployed beside it; in the collection a link to plugins/module_utils
 import ext4_parsers  # noqa: E402  (shipped beside this file)
 
 RESULT_SCHEMA = "ext4-fleet-audit/probe-result/v1"

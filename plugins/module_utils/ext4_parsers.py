@@ -394,11 +394,9 @@ MOUNT_SYNONYMS = {"noload": ["norecovery"], "journal_async_commit": ["journal_as
 
 def _version_at_least(version, floor):
     # kernel_version.py is the one place that orders upstream versions; imported here, not at the
-    # top, because the probe ships this file alone and never infers options.
-    try:
-        from ansible.module_utils.kernel_version import compare_upstream  # inside an Ansible module
-    except ImportError:
-        from kernel_version import compare_upstream  # controller and tests: module_utils on sys.path
+    # top, because the probe ships this file alone and never infers options. A sibling in the
+    # collection's module_utils, in the controller's ext4audit.parsers and in a module's bundle.
+    from .kernel_version import compare_upstream
     return compare_upstream(version, floor) >= 0
 
 
@@ -581,9 +579,9 @@ def _parse_gpt(read, size):
     entries_lba, count, entry_size, entries_crc = struct.unpack_from("<QIII", header, 72)
     # UEFI: entries of 128 x 2^n bytes; bounded here (with the table's size) before anything is read
     if entry_size not in GPT_ENTRY_SIZES or not 1 <= count <= 4096 or count * entry_size > GPT_TABLE_CAP:
+        sizes = "/".join(map(str, GPT_ENTRY_SIZES))
         raise ParseError("GPT has %d entries of %d bytes: not a table this check reads (entries of %s bytes, "
-                         "at most %d bytes in all)" % (count, entry_size, "/".join(map(str, GPT_ENTRY_SIZES)),
-                                                      GPT_TABLE_CAP))
+                         "at most %d bytes in all)" % (count, entry_size, sizes, GPT_TABLE_CAP))
     table = read(entries_lba * sector, count * entry_size)
     if len(table) != count * entry_size or binascii.crc32(table) & 0xFFFFFFFF != entries_crc:
         raise ParseError("GPT partition entries checksum does not match: the table is corrupt")

@@ -42,15 +42,18 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Runs under check mode and returns the same result.
   diff_mode:
     support: none
+    description: Changes nothing, so there is no diff.
 notes:
   - Target side needs only Python >= 3.8 and e2fsprogs.
 seealso:
   - name: ext4 admin guide
+    description: The kernel's documentation of every ext4 mount option.
     link: https://www.kernel.org/doc/html/latest/admin-guide/ext4.html
 author:
-  - ext4 fleet audit maintainers
+  - ext4 fleet audit maintainers (@ext4audit)
 """
 
 EXAMPLES = r"""
@@ -69,18 +72,308 @@ ext4_facts:
   returned: always
   type: dict
   contains:
+    schema:
+      description: The record's format.
+      returned: always
+      type: str
+      sample: ext4-fleet-audit/facts/v1
     kernel:
-      description: release, proc_version, version_signature, os_release, page_size, vendor, upstream, vendor_version, backports, notes.
+      description: The running kernel, and the upstream version it corresponds to.
+      returned: always
       type: dict
+      contains:
+        release:
+          description: C(uname -r).
+          returned: always
+          type: str
+          sample: 6.1.0-50-cloud-amd64
+        proc_version:
+          description: C(/proc/version).
+          returned: always
+          type: str
+        version_signature:
+          description: C(/proc/version_signature) (Ubuntu), or null.
+          returned: always
+          type: str
+        os_release:
+          description: ID, ID_LIKE, VERSION_ID and PRETTY_NAME of C(/etc/os-release), those present.
+          returned: always
+          type: dict
+        page_size:
+          description: The page size in bytes.
+          returned: always
+          type: int
+          sample: 4096
+        vendor:
+          description: Whose kernel it is (debian, ubuntu, rhel, mainline, ...).
+          returned: always
+          type: str
+          sample: debian
+        upstream:
+          description: The upstream (kernel.org) version, or null when it cannot be told.
+          returned: always
+          type: str
+          sample: 6.1.170
+        vendor_version:
+          description: The vendor's full version-release (compared rpm-style for backporting vendors), or null.
+          returned: always
+          type: str
+        backports:
+          description: Whether the vendor backports fixes (the upstream version alone does not decide).
+          returned: always
+          type: bool
+        notes:
+          description: Why a version could not be told, or how it was.
+          returned: always
+          type: list
+          elements: str
     filesystems:
       description: One entry per mounted ext2/3/4 superblock (bind mounts listed under bind_mounts).
+      returned: always
       type: list
+      elements: dict
+      contains:
+        device:
+          description: The mounted device.
+          returned: always
+          type: str
+          sample: /dev/vda1
+        kernel_name:
+          description: The block device's kernel name (the C(/proc/fs/ext4/<name>) folder).
+          returned: always
+          type: str
+          sample: vda1
+        major:
+          description: Device major number.
+          returned: always
+          type: int
+        minor:
+          description: Device minor number.
+          returned: always
+          type: int
+        mountpoint:
+          description: Where it is mounted (unescaped).
+          returned: always
+          type: str
+          sample: /
+        fstype:
+          description: The filesystem type mounted (ext4, ext3, ext2).
+          returned: always
+          type: str
+        bind_mounts:
+          description: Other mount points of the same superblock.
+          returned: always
+          type: list
+          elements: str
+        mount_options:
+          description: Per-mount options of C(/proc/self/mountinfo).
+          returned: always
+          type: list
+          elements: str
+        super_options:
+          description: Super options of C(/proc/self/mountinfo).
+          returned: always
+          type: list
+          elements: str
+        options:
+          description: The options in effect, defaults included.
+          returned: always
+          type: list
+          elements: str
+        options_source:
+          description: Where RV(ext4_facts.filesystems.options) came from (proc, or inferred when C(/proc/fs/ext4) is missing).
+          returned: always
+          type: str
+          sample: proc
+        superblock:
+          description: C(dumpe2fs -h) facts, or null (O(superblock=false), or not readable; see errors).
+          returned: always
+          type: dict
+          contains:
+            block_count:
+              description: Blocks.
+              type: int
+            block_size:
+              description: Block size in bytes.
+              type: int
+            blocks_per_group:
+              description: Blocks per group.
+              type: int
+            inode_count:
+              description: Inodes.
+              type: int
+            inode_size:
+              description: Inode size in bytes.
+              type: int
+            features:
+              description: Filesystem features.
+              type: list
+              elements: str
+            default_mount_options:
+              description: Default mount options stored in the superblock.
+              type: list
+              elements: str
+            mount_options:
+              description: Mount options stored in the superblock (tune2fs -E mount_opts).
+              type: list
+              elements: str
+            errors_behavior:
+              description: What the filesystem does on an error (continue, remount-ro, panic).
+              type: str
+            state:
+              description: Filesystem state.
+              type: str
+            journal_bytes:
+              description: Journal size in bytes, or null without a journal.
+              type: int
+            journal_blocks:
+              description: Journal size in blocks, or null.
+              type: int
+            journal_device:
+              description: External journal device, or null.
+              type: str
+            journal_features:
+              description: Journal features.
+              type: list
+              elements: str
+            fast_commit_blocks:
+              description: Fast-commit area in blocks, or null.
+              type: int
+            raid_stride:
+              description: RAID stride, or null.
+              type: int
+            raid_stripe_width:
+              description: RAID stripe width, or null.
+              type: int
+            e2fsprogs_fields:
+              description: Which field names this e2fsprogs version printed (they changed across versions).
+              type: list
+              elements: str
+        jbd2:
+          description: Live journal statistics of C(/proc/fs/jbd2/<dev>-8/info) (numbers, units in the key names), or null.
+          returned: always
+          type: dict
+          contains:
+            transactions:
+              description: Transactions seen.
+              type: int
+            requested:
+              description: Transactions requested, or null.
+              type: int
+            max_transaction_blocks:
+              description: Largest transaction, in blocks.
+              type: int
+            waiting_for_transaction_ms:
+              description: Average wait for a transaction, ms.
+              type: int
+            request_delay_ms:
+              description: Average request delay, ms.
+              type: int
+            running_transaction_ms:
+              description: Average time a transaction runs, ms.
+              type: int
+            transaction_was_being_locked_ms:
+              description: Average time a transaction was being locked, ms.
+              type: int
+            flushing_data_in_ordered_mode_ms:
+              description: Average time flushing data (data=ordered), ms.
+              type: int
+            logging_transaction_ms:
+              description: Average time logging a transaction, ms.
+              type: int
+            average_transaction_commit_time_us:
+              description: Average commit time, microseconds.
+              type: int
+            handles_per_transaction:
+              description: Average handles per transaction.
+              type: int
+            blocks_per_transaction:
+              description: Average blocks per transaction.
+              type: int
+            logged_blocks_per_transaction:
+              description: Average logged blocks per transaction.
+              type: int
+        fstab:
+          description: The fstab entry for this mount point, or null.
+          returned: always
+          type: dict
+          contains:
+            spec:
+              description: The entry's device field.
+              type: str
+            fstype:
+              description: The entry's type field.
+              type: str
+            options:
+              description: The entry's options.
+              type: list
+              elements: str
+            line:
+              description: The entry's line number.
+              type: int
+        fstab_drift:
+          description: What fstab asks for that is not in effect.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            option:
+              description: The option name.
+              type: str
+            wanted:
+              description: What fstab asks for.
+              type: str
+            effective:
+              description: What is in effect, or null when the option is not.
+              type: str
+        queue:
+          description: The backing device's queue facts, or null (no queue folder).
+          returned: always
+          type: dict
+          contains:
+            device:
+              description: The device whose queue this is (the whole disk for a partition).
+              type: str
+            rotational:
+              description: 1 for a spinning disk.
+              type: int
+            write_cache:
+              description: The write cache mode (write back, write through).
+              type: str
+            discard_max_bytes:
+              description: Largest discard, in bytes (0 without discard).
+              type: int
     netfs:
-      description: Network filesystem mounts (mountpoint, fstype, source, options).
+      description: Network filesystem mounts.
+      returned: always
       type: list
+      elements: dict
+      contains:
+        mountpoint:
+          description: Where it is mounted.
+          type: str
+        fstype:
+          description: Its type (nfs4, cifs, fuse.sshfs, ...).
+          type: str
+        source:
+          description: The mount source.
+          type: str
+        options:
+          description: Per-mount and super options.
+          type: list
+          elements: str
     errors:
-      description: What could not be read, with the reason (where, reason).
+      description: What could not be read, with the reason.
+      returned: always
       type: list
+      elements: dict
+      contains:
+        where:
+          description: What was being read (e.g. C(filesystem /)).
+          type: str
+        reason:
+          description: Why it failed.
+          type: str
 """
 
 import glob
@@ -88,11 +381,11 @@ import os
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ext4_parsers import (
+from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers import (
     EXT4_DRIVER_TYPES, NETFS_TYPES, ParseError, fstab_drift, infer_options, option_map, parse_dumpe2fs,
     parse_ext4_options, parse_fstab, parse_jbd2_info, parse_mountinfo, parse_os_release, volume_kind,
 )
-from ansible.module_utils.kernel_version import identify, options_kernel
+from ansible_collections.ext4audit.fleet.plugins.module_utils.kernel_version import identify, options_kernel
 
 
 SYSFS_READ_LIMIT = 4096  # a sysfs attribute is at most a page

@@ -13,22 +13,22 @@ module: ext4_image_facts
 short_description: Read the ext4 filesystems, fstab and kernels of a disk image without mounting it
 description:
   - Reads a raw or qcow2 disk image (a machine image before rollout) and returns the same facts as
-    M(ext4_facts) does for a running host, so the same rules apply to it.
+    M(ext4audit.fleet.ext4_facts) does for a running host, so the same rules apply to it.
   - Reads the MBR or GPT partition table (or a bare filesystem), C(dumpe2fs -h) of every ext2/3/4
     filesystem, the root filesystem's C(/etc/fstab) (sources matched by UUID=, LABEL=, PARTUUID=,
     PARTLABEL=, device name or partition number), C(/etc/os-release) and the kernels in C(/boot)
     (a separate C(/boot) partition or a folder of root). Each kernel's release and version string
     come from its bzImage setup header, so the kernel rules work offline.
-  - Every filesystem the image mounts is checked with C(e2fsck -fn) (read-only: it opens the image
+  - Every filesystem the image mounts is checked with C(e2fsck -fn) (read-only, since it opens the image
     read-only and answers no to every repair) and its superblock's state, error count and journal
     recovery flag; the result is the filesystem's C(fsck) entry. fstab entries the boot needs that match
     no filesystem of the image are listed in C(image.fstab_unresolved).
-  - Every read is bounded: files are read only up to a size cap (os-release 64 KiB, fstab and
+  - Every read is bounded. Files are read only up to a size cap (os-release 64 KiB, fstab and
     grub.cfg 1 MiB, a kernel's first 64 KiB), every command's output is capped and every command
     is killed after its timeout; what goes over becomes an entry in C(errors).
   - The effective mount options are inferred from the defaults of the image's boot kernel, the superblock
     and the fstab options (C(options_source=inferred); C(options_kernel) says which kernel version's
-    defaults were used and why), as M(ext4_facts) does on kernels without C(/proc/fs/ext4/<dev>/options).
+    defaults were used and why), as M(ext4audit.fleet.ext4_facts) does on kernels without C(/proc/fs/ext4/<dev>/options).
   - Nothing is mounted and no loop device is attached, so the image never reaches the controller
     kernel's ext4 code; C(dumpe2fs) and C(debugfs) (read-only) open the file at each partition's
     offset (C(file?offset=N)). In-image paths, symlink targets included, are followed inside the
@@ -71,15 +71,17 @@ options:
 attributes:
   check_mode:
     support: full
+    description: Runs under check mode and returns the same result.
   diff_mode:
     support: none
+    description: Changes nothing, so there is no diff.
 notes:
   - Needs e2fsprogs (and qemu-utils for qcow2) on the host that runs it, usually the controller.
   - Partition tables are read with 512-byte sectors (and 4096 for GPT); LVM and md sources in fstab
     are not followed and are listed in C(errors).
   - Only x86 bzImage kernels are read; the page size is taken as 4096 (x86).
 author:
-  - ext4 fleet audit maintainers
+  - ext4 fleet audit maintainers (@ext4audit)
 """
 
 EXAMPLES = r"""
@@ -132,13 +134,13 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.ext4_parsers import (
+from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers import (
     EXT4_DRIVER_TYPES, NETFS_TYPES, ParseError, ext_fstype, fstab_drift, fstab_mount_tokens, fstab_spec_target,
     has_ext_magic, infer_options, option_map, parse_bzimage_version, parse_debugfs_fast_link, parse_debugfs_ls,
     parse_dumpe2fs, parse_dumpe2fs_identity, parse_fstab, parse_grub_first_kernel, parse_os_release,
     parse_partition_table, plain_image_path, release_sort_key,
 )
-from ansible.module_utils.kernel_version import identify, options_kernel
+from ansible_collections.ext4audit.fleet.plugins.module_utils.kernel_version import identify, options_kernel
 
 QCOW2_MAGIC = b"QFI\xfb"
 # E2FSCK_CONFIG: the controller's /etc/e2fsck.conf (logging, fix-up policies) has no say in the check
@@ -147,7 +149,8 @@ BANNER = re.compile(r"^(debugfs|dumpe2fs|e2fsck) \d+\.\d+")
 FSCK_EXIT_BITS = ((1, "errors corrected"), (2, "reboot needed"), (4, "errors left uncorrected"),
                   (8, "operational error"), (16, "usage error"), (32, "cancelled"), (128, "shared library error"))
 FSCK_PROGRESS = re.compile(r"^(Pass \d[A-Z]?: |.*: \d+/\d+ files )")  # e2fsck's lines that say nothing is wrong
-KIB, MIB = 1024, 1024 * 1024
+KIB = 1024
+MIB = 1024 * KIB
 # How much of each thing read out of an image is read at most; over the cap is an error.
 OS_RELEASE_CAP = 64 * KIB
 FSTAB_CAP = MIB
@@ -529,7 +532,7 @@ class ImageReader:
                 if exit_code != 0:
                     said = [line.strip() for line in (err + "\n" + out.decode("utf-8", "replace")).splitlines()
                             if line.strip() and not BANNER.match(line) and not FSCK_PROGRESS.match(line)]
-                    meaning = ("killed by signal %d" % -exit_code if exit_code < 0 else
+                    meaning = ("killed by signal %d" % (0 - exit_code) if exit_code < 0 else
                                ", ".join(text for bit, text in FSCK_EXIT_BITS if exit_code & bit) or "unknown")
                     problems.append("e2fsck -fn exited %d (%s): %s" % (
                         exit_code, meaning, " / ".join(line[:200] for line in said[:6]) or "no message"))

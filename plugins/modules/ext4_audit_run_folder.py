@@ -1,0 +1,65 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# SPDX-License-Identifier: MIT
+"""Documentation of the action ext4_audit_run_folder (plugins/action/): it runs in Ansible's
+worker process on the controller, so there is no module code here."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: ext4_audit_run_folder
+short_description: Make an audit run folder on the controller and write a batch of facts records into it
+description:
+  - Makes the run folder with its C(facts/) and C(probe/) subfolders when they are missing.
+  - Writes each record of O(facts) into C(facts/) atomically (a temporary name, flushed, renamed),
+    so a killed run never leaves half a record.
+  - Runs on the controller as an action, without a module run; it writes the run's reports, not a
+    change to any audited host, so it runs under check mode too and reports no change.
+options:
+  path:
+    description: The run folder.
+    type: path
+    required: true
+  facts:
+    description:
+      - Records to write into C(facts/), file name to text. Names must be plain file names ending
+        in C(.json); anything else is refused before anything is written.
+    type: dict
+    default: {}
+attributes:
+  check_mode:
+    support: full
+    description: Runs under check mode and returns the same result.
+  diff_mode:
+    support: none
+    description: Changes nothing, so there is no diff.
+  action:
+    support: full
+    description: An action plugin on the controller; no module runs on a host.
+notes:
+  - The roles of this collection call it; there is no use for it outside an audit run.
+author:
+  - ext4 fleet audit maintainers (@ext4audit)
+"""
+
+EXAMPLES = r"""
+- name: Create the run folder
+  ext4audit.fleet.ext4_audit_run_folder:
+    path: /srv/audit/reports/20261124-120000-000000
+"""
+
+RETURN = r"""
+path:
+  description: The run folder.
+  returned: always
+  type: str
+  sample: /srv/audit/reports/20261124-120000-000000
+written:
+  description: How many records were written into C(facts/).
+  returned: always
+  type: int
+  sample: 12
+"""

@@ -1,0 +1,1 @@
+../../../plugins/module_utils/ext4_parsers.py

@@ -1,0 +1,123 @@
+"""The release's packaging facts agree: one version (galaxy.yml's), the controller package's pins
+are requirements.txt's, and every task of the collection's roles and playbooks names its module
+by its fully qualified name (ours included), so the content runs the same from an installed
+collection as from this checkout."""
+
+import glob
+import os
+import re
+import subprocess
+import sys
+import tomllib
+
+import yaml
+from ansible.playbook.task import Task
+
+from conftest import ROOT
+
+import ext4audit
+
+
+def load_yaml(*parts):
+    with open(os.path.join(ROOT, *parts)) as handle:
+        return yaml.safe_load(handle)
+
+
+def pyproject():
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as handle:
+        return tomllib.load(handle)
+
+
+def pins(lines):
+    found = {}
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, version = line.split("==")
+            found[name.strip().lower()] = version.strip()
+    return found
+
+
+def test_one_version_galaxy_yml_is_the_source():
+    version = load_yaml("galaxy.yml")["version"]
+    assert ext4audit.__version__ == version
+    assert pyproject()["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "ext4audit.__version__"}
+    # the roles' preflight asks for a controller package no newer than this release
+    minimum = load_yaml("roles", "ext4_audit", "vars", "main.yml")["ext4_audit_controller_min_version"]
+    assert tuple(map(int, minimum.split("."))) <= tuple(map(int, version.split(".")))
+
+
+def test_controller_pins_are_one_list():
+    assert pyproject()["tool"]["setuptools"]["dynamic"]["dependencies"] == {"file": ["requirements-controller.txt"]}
+    with open(os.path.join(ROOT, "requirements.txt")) as handle:
+        assert "-r requirements-controller.txt" in handle.read().splitlines()
+    with open(os.path.join(ROOT, "requirements-controller.txt")) as handle:
+        assert {"jinja2", "pyyaml", "msgspec", "numpy", "scipy", "matplotlib", "prometheus-client"} <= set(pins(handle))
+
+
+def test_version_option_prints_the_version():
+    result = subprocess.run([sys.executable, "-m", "ext4audit", "--version"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout.decode().split() == ["ext4audit", ext4audit.__version__]
+
+
+def _tasks(entries):
+    for entry in entries or []:
+        if not isinstance(entry, dict):
+            continue
+        if "block" in entry:
+            for key in ("block", "rescue", "always"):
+                yield from _tasks(entry.get(key))
+        else:
+            yield entry
+
+
+def _modules(task):
+    keywords = set(Task.fattributes) | {"local_action"}
+    return [key for key in task if key not in keywords and not key.startswith("with_")]
+
+
+def test_every_task_names_its_module_by_fqcn():
+    files = glob.glob(os.path.join(ROOT, "roles", "*", "tasks", "*.yml"))
+    files += glob.glob(os.path.join(ROOT, "playbooks", "*.yml")) + glob.glob(os.path.join(ROOT, "playbooks", "tasks", "*.yml"))
+    short = []
+    for path in sorted(files):
+        with open(path) as handle:
+            document = yaml.safe_load(handle) or []
+        plays = [entry for entry in document if isinstance(entry, dict) and "hosts" in entry]
+        task_lists = [play.get(key) for play in plays for key in ("pre_tasks", "tasks", "post_tasks", "handlers")]
+        if not plays:
+            task_lists = [document]
+        for tasks in task_lists:
+            for task in _tasks(tasks):
+                modules = _modules(task)
+                assert len(modules) == 1, (path, task.get("name"), modules)
+                if modules[0].count(".") < 2:
+                    short.append("%s: %s (%s)" % (os.path.relpath(path, ROOT), task.get("name"), modules[0]))
+                elif modules[0] in ("ansible.builtin.import_role", "ansible.builtin.include_role"):
+                    role = task[modules[0]]["name"]
+                    if role.count(".") < 2:
+                        short.append("%s: %s (role %s)" % (os.path.relpath(path, ROOT), task.get("name"), role))
+    assert short == []
+
+
+def test_no_sys_path_edits_for_the_parsers():
+    offenders = []
+    for path in glob.glob(os.path.join(ROOT, "ext4audit", "*.py")) + [os.path.join(ROOT, "tests", "conftest.py")]:
+        with open(path) as handle:
+            if re.search(r"sys\.path\s*(\.insert|\.append|\[|=|\+=)", handle.read()):
+                offenders.append(path)
+    assert offenders == []
+
+
+def test_make_audit_installs_only_what_the_audit_needs_and_waits_for_apt():
+    """`make -n` prints the recipes with the variables expanded, without running them."""
+    def recipe(target):
+        return subprocess.run(["make", "-n", target], cwd=ROOT, stdout=subprocess.PIPE, check=True).stdout.decode()
+    audit_deps = recipe("deps")
+    assert "install -y -q e2fsprogs util-linux;" in audit_deps, audit_deps
+    assert "openssh-server" not in audit_deps and "sshfs" not in audit_deps
+    assert audit_deps.count("apt-get -o DPkg::Lock::Timeout=300") == 2, audit_deps  # update and install
+    test_deps = recipe("test-deps")
+    assert "openssh-server sshfs" in test_deps, test_deps
