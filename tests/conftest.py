@@ -1,5 +1,6 @@
 """Shared test helpers: the repository paths and real loop-mounted ext4 filesystems."""
 
+import ast
 import json
 import os
 import re
@@ -9,6 +10,7 @@ import sys
 import time
 
 import pytest
+import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
@@ -26,6 +28,30 @@ def run(argv, **kwargs):
     if result.returncode != 0:
         raise AssertionError("%s failed (rc=%d):\n%s" % (argv, result.returncode, result.stdout.decode(errors="replace")))
     return result.stdout.decode(errors="replace")
+
+
+def module_return_doc(path):
+    """The RETURN block of a module file, parsed."""
+    with open(path) as handle:
+        tree = ast.parse(handle.read())
+    [text] = [node.value.value for node in tree.body if isinstance(node, ast.Assign)
+              and getattr(node.targets[0], "id", None) == "RETURN"]
+    return yaml.safe_load(text)
+
+
+def undocumented(value, doc, where):
+    """Keys of a real result that its RETURN documentation (`contains`, recursively) lacks."""
+    missing = []
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        for key, inner in item.items():
+            if key not in doc:
+                missing.append("%s.%s" % (where, key))
+            elif "contains" in doc[key]:
+                missing += undocumented(inner, doc[key]["contains"], "%s.%s" % (where, key))
+    return sorted(set(missing))
 
 
 def rule_read_options():

@@ -185,6 +185,22 @@ ext4_facts:
           returned: always
           type: str
           sample: proc
+        options_kernel:
+          description: Which kernel version's defaults the options were inferred for, and why that one.
+          returned: when RV(ext4_facts.filesystems.options_source) is inferred
+          type: dict
+          contains:
+            upstream:
+              description: The upstream kernel version whose defaults were used.
+              type: str
+              sample: 6.1.170
+            why:
+              description: Why that version (the running kernel's, or an assumed one).
+              type: str
+        device_bytes:
+          description: The block device's size in bytes (C(/sys/dev/block/<major>:<minor>/size)), or null.
+          returned: always
+          type: int
         superblock:
           description: C(dumpe2fs -h) facts, or null (O(superblock=false), or not readable; see errors).
           returned: always
@@ -201,6 +217,12 @@ ext4_facts:
               type: int
             inode_count:
               description: Inodes.
+              type: int
+            free_inodes:
+              description: Free inodes.
+              type: int
+            reserved_block_count:
+              description: Blocks reserved for root.
               type: int
             inode_size:
               description: Inode size in bytes.
@@ -223,6 +245,9 @@ ext4_facts:
             state:
               description: Filesystem state.
               type: str
+            error_count:
+              description: Filesystem errors the superblock records (0 when none).
+              type: int
             journal_bytes:
               description: Journal size in bytes, or null without a journal.
               type: int
@@ -240,15 +265,14 @@ ext4_facts:
               description: Fast-commit area in blocks, or null.
               type: int
             raid_stride:
-              description: RAID stride, or null.
+              description: RAID stride (0 when not set).
               type: int
             raid_stripe_width:
-              description: RAID stripe width, or null.
+              description: RAID stripe width (0 when not set).
               type: int
             e2fsprogs_fields:
-              description: Which field names this e2fsprogs version printed (they changed across versions).
-              type: list
-              elements: str
+              description: Which journal field names this e2fsprogs version printed (total or legacy; they changed across versions).
+              type: str
         jbd2:
           description: Live journal statistics of C(/proc/fs/jbd2/<dev>-8/info) (numbers, units in the key names), or null.
           returned: always
@@ -343,6 +367,16 @@ ext4_facts:
             discard_max_bytes:
               description: Largest discard, in bytes (0 without discard).
               type: int
+            optimal_io_size:
+              description: The optimal I/O size in bytes (0 when the device gives none).
+              type: int
+            model:
+              description: The disk's model (sysfs C(device/model)), or null.
+              type: str
+            kind:
+              description: What the whole disk is (md-raid, device-mapper, loop, virtual, disk).
+              type: str
+              sample: virtual
     netfs:
       description: Network filesystem mounts.
       returned: always

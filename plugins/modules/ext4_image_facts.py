@@ -98,29 +98,492 @@ EXAMPLES = r"""
 
 RETURN = r"""
 ext4_image_facts:
-  description: The facts (schema ext4-fleet-audit/facts/v1, as ext4_facts) plus C(image).
+  description: The facts of the image, in the schema of M(ext4audit.fleet.ext4_facts) (what a running host
+    has and an image does not is null or empty), plus RV(ext4_image_facts.image).
   returned: always
   type: dict
   contains:
+    schema:
+      description: The record's format.
+      returned: always
+      type: str
+      sample: ext4-fleet-audit/facts/v1
     kernel:
-      description: The boot kernel as ext4_facts describes a running one (null when none was found).
+      description: The boot kernel (RV(ext4_image_facts.image.boot_kernel)), with the keys of ext4_facts' running kernel;
+        when no kernel could be read, one whose versions are null and whose notes say why.
+      returned: always
       type: dict
+      contains:
+        release:
+          description: The kernel release read from its bzImage header, or null.
+          returned: always
+          type: str
+          sample: 6.12.57+deb12-cloud-amd64
+        proc_version:
+          description: C(Linux version) and the kernel's version string, as C(/proc/version) would show it, or null.
+          returned: always
+          type: str
+        version_signature:
+          description: Always null (there is no C(/proc/version_signature) in an image).
+          returned: always
+          type: str
+        os_release:
+          description: ID, ID_LIKE, VERSION_ID and PRETTY_NAME of the image's C(/etc/os-release), those present.
+          returned: always
+          type: dict
+        page_size:
+          description: The page size in bytes, taken as 4096 (only x86 kernels are read).
+          returned: always
+          type: int
+          sample: 4096
+        vendor:
+          description: Whose kernel it is (debian, ubuntu, rhel, mainline, ...), or null.
+          returned: always
+          type: str
+          sample: debian
+        upstream:
+          description: The upstream (kernel.org) version, or null when it cannot be told.
+          returned: always
+          type: str
+          sample: 6.12.57
+        vendor_version:
+          description: The vendor's full version-release, or null.
+          returned: always
+          type: str
+        backports:
+          description: Whether the vendor backports fixes (the upstream version alone does not decide).
+          returned: always
+          type: bool
+        notes:
+          description: Why a version could not be told, or how it was.
+          returned: always
+          type: list
+          elements: str
+        source:
+          description: Where the kernel facts come from.
+          returned: always
+          type: str
+          sample: image
     filesystems:
-      description: The ext2/3/4 filesystems the image mounts (root and its fstab entries), with uuid, label,
-        partition and fsck (clean, exit_code of e2fsck -fn or null, problems).
+      description: The ext2/3/4 filesystems the image mounts (its root and the fstab entries that match a filesystem
+        of the image), with the keys of ext4_facts' filesystems and uuid, label, partition and fsck.
+      returned: always
       type: list
+      elements: dict
+      contains:
+        device:
+          description: The fstab source (C(UUID=...) for a root without an fstab entry).
+          returned: always
+          type: str
+          sample: UUID=0b7c1a52-5e2f-4d3c-9a10-6f1e2d3c4b5a
+        kernel_name:
+          description: Always null (no block device).
+          returned: always
+          type: str
+        major:
+          description: Always null (no block device).
+          returned: always
+          type: int
+        minor:
+          description: Always null (no block device).
+          returned: always
+          type: int
+        mountpoint:
+          description: Where the image mounts it.
+          returned: always
+          type: str
+          sample: /
+        fstype:
+          description: The type fstab gives (ext4, ext3, ext2), or the one the superblock's features tell.
+          returned: always
+          type: str
+        bind_mounts:
+          description: Always empty.
+          returned: always
+          type: list
+          elements: str
+        mount_options:
+          description: Always empty (the per-mount options fstab asks for are in super_options).
+          returned: always
+          type: list
+          elements: str
+        super_options:
+          description: The options the fstab entry passes to the mount (C(rw) unless it says C(ro)).
+          returned: always
+          type: list
+          elements: str
+        options:
+          description: The options that would be in effect, inferred from the boot kernel's defaults, the
+            superblock and fstab.
+          returned: always
+          type: list
+          elements: str
+        options_source:
+          description: Always C(inferred).
+          returned: always
+          type: str
+          sample: inferred
+        options_kernel:
+          description: Which kernel version's defaults the options were inferred for, and why that one.
+          returned: always
+          type: dict
+          contains:
+            upstream:
+              description: The upstream kernel version whose defaults were used.
+              returned: always
+              type: str
+              sample: 6.12.57
+            why:
+              description: Why that version (the boot kernel's, or an assumed one).
+              returned: always
+              type: str
+        superblock:
+          description: C(dumpe2fs -h) facts, as in ext4_facts.
+          returned: always
+          type: dict
+          contains:
+            block_count:
+              description: Blocks.
+              type: int
+            block_size:
+              description: Block size in bytes.
+              type: int
+            blocks_per_group:
+              description: Blocks per group.
+              type: int
+            inode_count:
+              description: Inodes.
+              type: int
+            free_inodes:
+              description: Free inodes.
+              type: int
+            reserved_block_count:
+              description: Blocks reserved for root.
+              type: int
+            inode_size:
+              description: Inode size in bytes.
+              type: int
+            features:
+              description: Filesystem features.
+              type: list
+              elements: str
+            default_mount_options:
+              description: Default mount options stored in the superblock.
+              type: list
+              elements: str
+            mount_options:
+              description: Mount options stored in the superblock (tune2fs -E mount_opts).
+              type: list
+              elements: str
+            errors_behavior:
+              description: What the filesystem does on an error (continue, remount-ro, panic).
+              type: str
+            state:
+              description: Filesystem state.
+              type: str
+            error_count:
+              description: Filesystem errors the superblock records (0 when none).
+              type: int
+            journal_bytes:
+              description: Journal size in bytes, or null without a journal.
+              type: int
+            journal_blocks:
+              description: Journal size in blocks, or null.
+              type: int
+            journal_device:
+              description: External journal device, or null.
+              type: str
+            journal_features:
+              description: Journal features.
+              type: list
+              elements: str
+            fast_commit_blocks:
+              description: Fast-commit area in blocks, or null.
+              type: int
+            raid_stride:
+              description: RAID stride (0 when not set).
+              type: int
+            raid_stripe_width:
+              description: RAID stripe width (0 when not set).
+              type: int
+            e2fsprogs_fields:
+              description: Which journal field names this e2fsprogs version printed (total or legacy).
+              type: str
+        jbd2:
+          description: Always null (no live journal).
+          returned: always
+          type: dict
+        queue:
+          description: Always null (no block device queue).
+          returned: always
+          type: dict
+        fstab:
+          description: The image's fstab entry for this mount point, or null (a root without one).
+          returned: always
+          type: dict
+          contains:
+            spec:
+              description: The entry's device field.
+              type: str
+            fstype:
+              description: The entry's type field.
+              type: str
+            options:
+              description: The entry's options.
+              type: list
+              elements: str
+            line:
+              description: The entry's line number.
+              type: int
+        fstab_drift:
+          description: What fstab asks for that would not be in effect.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            option:
+              description: The option name.
+              type: str
+            wanted:
+              description: What fstab asks for.
+              type: str
+            effective:
+              description: What would be in effect, or null when the option would not be.
+              type: str
+        uuid:
+          description: The filesystem's UUID, or null.
+          returned: always
+          type: str
+        label:
+          description: The filesystem's label, or null.
+          returned: always
+          type: str
+        partition:
+          description: The number of the partition holding it (null for a bare filesystem image).
+          returned: always
+          type: int
+          sample: 2
+        fsck:
+          description: Whether the filesystem is consistent and was unmounted cleanly (C(e2fsck -fn) and the superblock).
+          returned: always
+          type: dict
+          contains:
+            clean:
+              description: True when there are no problems.
+              returned: always
+              type: bool
+            exit_code:
+              description: The exit code of C(e2fsck -fn), or null when it did not run to the end.
+              returned: always
+              type: int
+              sample: 0
+            problems:
+              description: What is wrong (superblock state, recorded errors, journal needing recovery, e2fsck's messages).
+              returned: always
+              type: list
+              elements: str
     netfs:
       description: Network filesystems in the image's fstab.
+      returned: always
       type: list
+      elements: dict
+      contains:
+        mountpoint:
+          description: Where it would be mounted.
+          type: str
+        fstype:
+          description: Its type (nfs4, cifs, ...).
+          type: str
+        source:
+          description: The fstab source.
+          type: str
+        options:
+          description: The fstab options.
+          type: list
+          elements: str
     errors:
-      description: What could not be read, with the reason (where, reason).
+      description: What could not be read, with the reason.
+      returned: always
       type: list
+      elements: dict
+      contains:
+        where:
+          description: What was being read (image, kernel, fstab, boot files, C(partition N), ...).
+          type: str
+        reason:
+          description: Why it failed.
+          type: str
     image:
-      description: path, format, size, partition_table, disk_id, partitions, root, os_release, kernels,
-        boot_kernel (release and why), boot_files (kernel, initrd, root, release; null unless extracted),
-        fstab_unresolved (line, spec, mountpoint, fstype of each fstab entry the boot needs that matches
-        no filesystem of the image; null when the root filesystem has no fstab).
+      description: The image itself.
+      returned: always
       type: dict
+      contains:
+        path:
+          description: The image file, as given.
+          returned: always
+          type: str
+        format:
+          description: raw or qcow2, or null when the file could not be read.
+          returned: always
+          type: str
+          sample: raw
+        size:
+          description: The raw image's size in bytes, or null.
+          returned: always
+          type: int
+        partition_table:
+          description: gpt, mbr, none (a bare filesystem), or null when the image could not be read.
+          returned: always
+          type: str
+          sample: gpt
+        disk_id:
+          description: The GPT disk GUID or the MBR disk signature (hex), or null.
+          returned: always
+          type: str
+        partitions:
+          description: The partitions (a bare filesystem is one partition numbered null).
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            number:
+              description: The partition number (logical MBR partitions from 5), or null for a bare filesystem.
+              returned: always
+              type: int
+            start:
+              description: Offset in bytes.
+              returned: always
+              type: int
+            size:
+              description: Size in bytes.
+              returned: always
+              type: int
+            type:
+              description: The MBR type (C(0x83)) or GPT type GUID, or null.
+              returned: always
+              type: str
+            type_name:
+              description: The type's name (linux, efi-system, ext-filesystem, ...), or null when unknown.
+              returned: always
+              type: str
+            partuuid:
+              description: The PARTUUID (GPT partition GUID, or MBR signature-number), or null.
+              returned: always
+              type: str
+            name:
+              description: The GPT partition name (PARTLABEL), or null.
+              returned: always
+              type: str
+            fs:
+              description: The ext2/3/4 filesystem in it, or null when there is none.
+              returned: always
+              type: dict
+              contains:
+                uuid:
+                  description: The filesystem's UUID, or null.
+                  type: str
+                label:
+                  description: The filesystem's label, or null.
+                  type: str
+                fstype:
+                  description: ext4, ext3 or ext2, told by the superblock's features.
+                  type: str
+                superblock:
+                  description: C(dumpe2fs -h) facts, as RV(ext4_image_facts.filesystems.superblock).
+                  type: dict
+        root:
+          description: The root filesystem, or null when none was found.
+          returned: always
+          type: dict
+          contains:
+            partition:
+              description: Its partition number (null for a bare filesystem).
+              type: int
+            uuid:
+              description: Its UUID, or null.
+              type: str
+            label:
+              description: Its label, or null.
+              type: str
+        os_release:
+          description: Every field of the image's C(/etc/os-release), or null.
+          returned: always
+          type: dict
+        kernels:
+          description: Every kernel (C(/boot/vmlinuz-*)) whose bzImage header could be read.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            release:
+              description: The release in its version string.
+              type: str
+            version:
+              description: Its version string.
+              type: str
+            path:
+              description: Its path in the image.
+              type: str
+              sample: /boot/vmlinuz-6.1.0-28-cloud-amd64
+            initrd:
+              description: The path of its initrd in the image, or null.
+              type: str
+            file_release_matches:
+              description: Whether the file name carries the release of the version string.
+              type: bool
+            vendor:
+              description: Whose kernel it is, or null.
+              type: str
+            upstream:
+              description: Its upstream version, or null.
+              type: str
+        boot_kernel:
+          description: The kernel the image boots, or null.
+          returned: always
+          type: dict
+          contains:
+            release:
+              description: Its release.
+              type: str
+            why:
+              description: How it was chosen (O(boot_kernel), the C(/vmlinuz) link, the first GRUB entry, the highest version).
+              type: str
+        boot_files:
+          description: The boot kernel and its initrd written to O(boot_files_dir), or null (not asked for, or not written; see errors).
+          returned: always
+          type: dict
+          contains:
+            kernel:
+              description: The kernel file written.
+              type: str
+            initrd:
+              description: The initrd file written.
+              type: str
+            root:
+              description: The root to boot, C(UUID=...).
+              type: str
+            release:
+              description: The kernel's release.
+              type: str
+        fstab_unresolved:
+          description: The fstab entries the boot needs (not nofail or noauto) that match no filesystem of the image;
+            null when the root filesystem has no fstab.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            line:
+              description: The entry's line number.
+              type: int
+            spec:
+              description: The entry's source.
+              type: str
+            mountpoint:
+              description: The entry's mount point.
+              type: str
+            fstype:
+              description: The entry's type.
+              type: str
 """
 
 import os

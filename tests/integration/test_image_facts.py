@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, VENV_BIN, ansible_playbook, load_json, run
+from conftest import ROOT, VENV_BIN, ansible_playbook, load_json, module_return_doc, run, undocumented
 from ext4audit import catalog as catalog_mod, engine
 
 TOOLS = ["/usr/sbin/sfdisk", "/usr/bin/qemu-img", "/usr/sbin/mkfs.ext4", "/usr/sbin/debugfs"]
@@ -109,6 +109,12 @@ def image_facts(tmp_path, **args):
         result = json.load(handle)
     assert result["changed"] is False and "exception" not in result, out
     return result["ext4_image_facts"]
+
+
+def assert_documented(facts):
+    """Every key of a real result is documented in the module's RETURN (the output contract)."""
+    doc = module_return_doc(os.path.join(ROOT, "plugins", "modules", "ext4_image_facts.py"))
+    assert undocumented({"ext4_image_facts": facts}, doc, "result") == []
 
 
 def by_mountpoint(facts):
@@ -209,6 +215,7 @@ def test_mbr_image_with_separate_boot(mbr_image, tmp_path):
     findings, undetermined, _ = engine.evaluate_host(facts, catalog_mod.load(os.path.join(ROOT, "rules")))
     assert ("EXT4_INODE_128", "/data") in [(f["rule"], f["mountpoint"]) for f in findings]
     assert not [f for f in findings if f["rule"] == "EXT4_INODE_128" and f["mountpoint"] != "/data"]
+    assert_documented(facts)  # partitions (MBR, logical), three filesystems with fstab entries, netfs
 
 
 def test_qcow2_copy_gives_the_same_facts_and_leaves_no_raw_copy(mbr_image, tmp_path):
@@ -264,6 +271,7 @@ def test_gpt_image_by_partuuid_and_partlabel_and_grub(tmp_path):
     assert image["boot_kernel"] == {"release": K61[0], "why": "the first entry of /boot/grub/grub.cfg"}
     findings, _, _ = engine.evaluate_host(facts, catalog_mod.load(os.path.join(ROOT, "rules")))
     assert ("EXT4_NO_JOURNAL", "/srv") in [(f["rule"], f["mountpoint"]) for f in findings]
+    assert_documented(facts)  # GPT partitions with names, one without a filesystem
 
 
 @pytest.fixture
@@ -294,6 +302,8 @@ def test_bare_filesystem_and_boot_files(bare_image, tmp_path):
     missing = image_facts(tmp_path / "missing", image=bare_image["path"], boot_kernel="9.9.9")
     assert "boot_kernel '9.9.9' is not in the image" in reasons(missing)
     assert missing["kernel"]["release"] is None and missing["kernel"]["upstream"] is None
+    assert_documented(facts)  # boot_files
+    assert_documented(missing)  # errors, a kernel whose versions are unknown
 
 
 def test_hostile_names_are_refused_and_nothing_is_written(tmp_path):

@@ -9,7 +9,6 @@ through a .pth line to this venv's site-packages instead of downloading them aga
 and ext4audit are installed into it for real, so its bin/ has its own ansible-playbook and ext4audit.
 """
 
-import ast
 import glob
 import os
 import re
@@ -19,7 +18,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import ROOT, VENV_BIN, load_json, needs_root, run
+from conftest import ROOT, VENV_BIN, load_json, module_return_doc, needs_root, run, undocumented
 
 pytestmark = needs_root
 
@@ -62,30 +61,6 @@ def installed(tmp_path_factory):
     run(pip + ["--ignore-installed", ANSIBLE_CORE])
     run(pip + [str(collection_dir)])
     return {"tarball": tarball, "collections": collections, "collection_dir": collection_dir, "venv": venv}
-
-
-def module_return_doc(path):
-    """The RETURN block of a module file, parsed."""
-    with open(path) as handle:
-        tree = ast.parse(handle.read())
-    [text] = [node.value.value for node in tree.body if isinstance(node, ast.Assign)
-              and getattr(node.targets[0], "id", None) == "RETURN"]
-    return yaml.safe_load(text)
-
-
-def undocumented(value, doc, where):
-    """Keys of a real result that its RETURN documentation (`contains`, recursively) lacks."""
-    missing = []
-    items = value if isinstance(value, list) else [value]
-    for item in items:
-        if not isinstance(item, dict):
-            continue
-        for key, inner in item.items():
-            if key not in doc:
-                missing.append("%s.%s" % (where, key))
-            elif "contains" in doc[key]:
-                missing += undocumented(inner, doc[key]["contains"], "%s.%s" % (where, key))
-    return sorted(set(missing))
 
 
 def write_inventory(folder, mountpoint, scratch_dir):
