@@ -83,7 +83,7 @@ def write_inventory(folder, mountpoint, scratch_dir):
 
 
 def test_installed_collection_audits_probes_reports_and_gates(installed, loopfs, tmp_path):
-    fs = loopfs.make("coll", mount_options="nodelalloc")
+    fs = loopfs.make("coll", mount_options="discard")  # EXT4_ONLINE_DISCARD: low
     work = tmp_path / "elsewhere"  # unrelated: no ansible.cfg, not the checkout, not the collection
     work.mkdir()
     inventory = write_inventory(work, fs["mountpoint"], "/dev/shm/ext4-audit-probe-coll-%d" % os.getpid())
@@ -102,8 +102,8 @@ def test_installed_collection_audits_probes_reports_and_gates(installed, loopfs,
     [host_file] = glob.glob(str(work / "reports" / "latest" / "hosts" / "scratch-host.json"))
     report = load_json(host_file)
     mine = [f for f in report["filesystems"] if f["mountpoint"] == fs["mountpoint"]]
-    assert mine and "nodelalloc" in mine[0]["options"]
-    assert any(f["rule"] == "EXT4_DIOREAD_NOLOCK_NODELALLOC" and f["mountpoint"] == fs["mountpoint"]
+    assert mine and "discard" in mine[0]["options"]
+    assert any(f["rule"] == "EXT4_ONLINE_DISCARD" and f["mountpoint"] == fs["mountpoint"]
                for f in report["findings"])
     assert report["probe"]["status"] == "ran", report["probe"]
     assert report["probe"]["sweep"]["runs_completed"] == 8
@@ -114,7 +114,7 @@ def test_installed_collection_audits_probes_reports_and_gates(installed, loopfs,
     doc = module_return_doc(str(installed["collection_dir"] / "plugins" / "modules" / "ext4_facts.py"))
     assert undocumented({"ext4_facts": record["facts"]}, doc, "result") == []
 
-    # The gate: a finding at or above `low` (nodelalloc's) fails the run, exit non-zero.
+    # The gate: a finding at or above `low` (discard's) fails the run, exit non-zero.
     failed = subprocess.run(argv[:-1] + ["ext4_audit_fail_on=low", "-e", "chopper_probe_enabled=false"],
                             cwd=str(work), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert failed.returncode != 0
