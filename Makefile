@@ -157,10 +157,11 @@ role-readmes: setup
 
 # The documentation: antsibull-docs lints the modules' and roles' documentation (as ansible-doc
 # reads them), then MkDocs builds README.md and docs/ into .cache/docs/site, failing on a link to
-# a missing page or anchor (mkdocs.yml). Links to other sites are not checked (offline).
+# a missing page or anchor (mkdocs.yml). Links to other sites are not checked (offline). No
+# --quiet: it drops the warnings before strict mode counts them, and the build passes.
 docs: setup
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/antsibull-docs lint-collection-docs --plugin-docs .
-	$(VENV)/bin/mkdocs build --quiet
+	$(VENV)/bin/mkdocs build
 
 clean:
 	rm -rf $(VENV) .pytest_cache
