@@ -61,6 +61,15 @@ def test_readme_is_a_short_front_door_with_the_two_commands_first():
         "make test    # the tests: unit tests, then integration tests on real loop-mounted ext4 (root)", "```"]
 
 
+def test_every_page_closes_its_code_blocks():
+    """An unclosed ``` swallows the rest of a page without a warning from MkDocs."""
+    pages = [os.path.join(ROOT, "README.md")] + [os.path.join(ROOT, "docs", page)
+                                                 for page in os.listdir(os.path.join(ROOT, "docs"))]
+    for page in pages:
+        fences = [line for line in open(page).read().splitlines() if line.lstrip().startswith("```")]
+        assert len(fences) % 2 == 0, page
+
+
 def test_every_role_readme_is_generated_from_its_argument_specs():
     roles = role_readme.roles_with_specs()
     assert roles == sorted(r for r in os.listdir(os.path.join(ROOT, "roles"))
