@@ -11,7 +11,7 @@ APT_COMMANDS := dumpe2fs debugfs losetup
 APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: collection setup deps vm-deps lint-deps test-deps cloud-deps audit test lint rules clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records e2fsprogs-corpus
+.PHONY: collection setup deps vm-deps lint-deps test-deps cloud-deps audit test lint rules docs role-readmes clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records e2fsprogs-corpus
 setup: deps $(VENV)/.installed
 
 # Debian packages the audit and the tests use; installed only when a tool is missing.
@@ -150,6 +150,28 @@ e2fsprogs-corpus:
 
 rules: setup
 	$(VENV)/bin/python -m ext4audit rules
+
+# roles/<role>/README.md from each role's meta/argument_specs.yml (tests/unit/test_docs.py checks them).
+role-readmes: setup
+	$(VENV)/bin/python tools/role_readme.py
+
+# The documentation: antsibull-docs lints the modules' and roles' documentation (as ansible-doc
+# reads them), then MkDocs builds README.md and docs/ into .cache/docs/site, failing on a link to
+# a missing page or anchor (mkdocs.yml). Links to other sites are not checked (offline). No
+# --quiet: it drops the warnings before strict mode counts them, and the build passes. Last, the
+# collection's module and role reference: antsibull-docs writes reStructuredText only (MkDocs reads
+# Markdown), so docutils turns it into pages of their own in the site's reference/ (links .rst -> .html).
+DOCS_RST := .cache/docs/rst
+DOCS_REFERENCE := .cache/docs/site/reference
+docs: setup
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/antsibull-docs lint-collection-docs --plugin-docs .
+	$(VENV)/bin/mkdocs build
+	rm -rf $(DOCS_RST) && mkdir -p $(DOCS_RST) $(DOCS_REFERENCE)
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/antsibull-docs collection --use-current --squash-hierarchy \
+	  --output-format simplified-rst --dest-dir $(DOCS_RST) ext4audit.fleet
+	set -o pipefail; for page in $(DOCS_RST)/*.rst; do name=$$(basename "$$page" .rst); \
+	  $(VENV)/bin/rst2html5 --halt=error "$$page" | sed 's/href="\([a-z0-9_]*\)\.rst"/href="\1.html"/g' \
+	    > $(DOCS_REFERENCE)/$$name.html || exit 1; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache

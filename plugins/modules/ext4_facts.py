@@ -181,13 +181,13 @@ ext4_facts:
           type: list
           elements: str
         options_source:
-          description: Where RV(ext4_facts.filesystems.options) came from (proc, or inferred when C(/proc/fs/ext4) is missing).
+          description: Where RV(ext4_facts.filesystems[].options) came from (proc, or inferred when C(/proc/fs/ext4) is missing).
           returned: always
           type: str
           sample: proc
         options_kernel:
           description: Which kernel version's defaults the options were inferred for, and why that one.
-          returned: when RV(ext4_facts.filesystems.options_source) is inferred
+          returned: when RV(ext4_facts.filesystems[].options_source) is inferred
           type: dict
           contains:
             upstream:

@@ -489,7 +489,7 @@ ext4_image_facts:
                   description: ext4, ext3 or ext2, told by the superblock's features.
                   type: str
                 superblock:
-                  description: C(dumpe2fs -h) facts, as RV(ext4_image_facts.filesystems.superblock).
+                  description: C(dumpe2fs -h) facts, as RV(ext4_image_facts.filesystems[].superblock).
                   type: dict
         root:
           description: The root filesystem, or null when none was found.

@@ -1,4 +1,4 @@
-"""Sliced runs (README "Beyond one controller"): the real playbook once over the whole fleet and once
+"""Sliced runs (docs/scaling.md, "Beyond one controller"): the real playbook once over the whole fleet and once
 as three --limit slices, one of them with an unreachable host; `python -m ext4audit merge` of the
 slices must give what the full run gave. The fleet is this machine under six inventory names
 (local connections) plus a host nobody answers for, with real loop-mounted ext4 filesystems, a

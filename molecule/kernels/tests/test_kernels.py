@@ -94,7 +94,7 @@ def check_complete(gate, baseline, candidate):
 def test_the_upgrade_gate_compared_the_two_kernels_treatment_by_treatment():
     gate = GATES["upgrade"]
     d = check_complete(gate, BASELINE, CANDIDATE)
-    # Measured here: 6.12 has no larger d-spans than 6.1 on this plan (see the README for the numbers).
+    # Measured here: 6.12 has no larger d-spans than 6.1 on this plan (see docs/kernel-gate.md for the numbers).
     checks = {check["check"]: check for check in d["checks"]}
     assert not checks["dspan"]["failed"], checks["dspan"]["detail"]
     assert not checks["tail_share"]["failed"], checks["tail_share"]["detail"]
