@@ -9,7 +9,7 @@ import os
 import re
 import string
 
-from . import SEVERITIES, engine, fact_paths, safe_yaml, severity_rank
+from . import SEVERITIES, engine, fact_paths, kernel_records, safe_yaml, severity_rank
 from .parsers import kernel_version
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -27,7 +27,7 @@ REQUIRED = ("id", "title", "scope", "kind", "severity", "when", "message", "rati
 OPTIONAL = ("seed", "escalate", "confirmation")
 ESCALATE_FIELDS = ("when", "severity", "because")
 OPERATORS = ("eq", "ne", "lt", "lte", "gt", "gte", "in", "contains", "present")
-COMBINATORS = ("all", "any", "not", "kernel_issue")
+COMBINATORS = ("all", "any", "not", "kernel_issue", "kernel_records")
 PROBE_ID = re.compile(r"^[a-z0-9_]+$")  # a rule's confirmation probe id (shown as code in reports)
 
 
@@ -36,9 +36,10 @@ class CatalogError(ValueError):
 
 
 class Catalog:
-    def __init__(self, rules, kernel_issues):
+    def __init__(self, rules, kernel_issues, records=None):
         self.rules = rules
         self.kernel_issues = kernel_issues
+        self.records = records  # kernel_records.load()'s result, for {kernel_records: CLASS}
         self.by_id = dict((rule["id"], rule) for rule in rules)
 
 
@@ -49,14 +50,18 @@ def load(rules_dir=RULES_DIR):
     for index, issue in enumerate(_list(issues_doc, "issues", issues_path), 1):
         _check_issue(issue, index, issues_path)
         issues[issue["id"]] = issue
+    try:
+        records = kernel_records.load()
+    except kernel_records.RecordsError as exc:
+        raise CatalogError(str(exc))
     rules_path = os.path.join(rules_dir, "catalog.yml")
     rules, seen, probes = _list(_read(rules_path), "rules", rules_path), set(), probe_ids()
     for rule in rules:
-        _check_rule(rule, issues, probes)
+        _check_rule(rule, issues, probes, records["classes"])
         if rule["id"] in seen:
             raise CatalogError("rule %s is defined twice" % rule["id"])
         seen.add(rule["id"])
-    return Catalog(rules, issues)
+    return Catalog(rules, issues, records)
 
 
 def probe_ids():
@@ -108,7 +113,7 @@ def _check_issue(issue, index, path):
                                    % (path, iid, bound, rng[bound], vendor, exc))
 
 
-def _check_rule(rule, issues, probes):
+def _check_rule(rule, issues, probes, record_classes):
     rid = rule.get("id", "<no id>")
     for field in REQUIRED:
         if field not in rule:
@@ -131,7 +136,7 @@ def _check_rule(rule, issues, probes):
         if rule["kind"] == "performance" and severity_rank(entry["severity"]) > severity_rank(PERFORMANCE_CEILING):
             raise CatalogError("rule %s: severity %s is above %s, the most a static performance finding may "
                                "have (a confirmation may raise it)" % (rid, entry["severity"], PERFORMANCE_CEILING))
-        _check_predicate(rid, rule["scope"], entry["when"], issues)
+        _check_predicate(rid, rule["scope"], entry["when"], issues, record_classes)
     _check_text(rid, "message", rule["message"])
     for entry in escalate:
         _check_text(rid, "because", entry["because"])
@@ -176,7 +181,7 @@ def _check_confirmation(rid, spec, probes):
         raise CatalogError("rule %s: escalate_to %r is not one of %s" % (rid, spec["escalate_to"], SEVERITIES))
 
 
-def _check_predicate(rid, scope, pred, issues):
+def _check_predicate(rid, scope, pred, issues, record_classes):
     if not isinstance(pred, dict) or len(pred) == 0:
         raise CatalogError("rule %s: predicate %r is not a mapping" % (rid, pred))
     if "fact" not in pred:
@@ -187,9 +192,13 @@ def _check_predicate(rid, scope, pred, issues):
             if not isinstance(value, list) or not value:
                 raise CatalogError("rule %s: %s needs a list of predicates, got %r" % (rid, kind, value))
             for sub in value:
-                _check_predicate(rid, scope, sub, issues)
+                _check_predicate(rid, scope, sub, issues, record_classes)
         elif kind == "not":
-            _check_predicate(rid, scope, value, issues)
+            _check_predicate(rid, scope, value, issues, record_classes)
+        elif kind == "kernel_records":
+            if scope != "host" or value not in record_classes:
+                raise CatalogError("rule %s: kernel_records %r needs a host rule and one of the classes %s (%s)"
+                                   % (rid, value, record_classes, kernel_records.DATA_FILE))
         elif value not in issues:
             raise CatalogError("rule %s: unknown kernel issue %s" % (rid, value))
         return

@@ -5,11 +5,12 @@ needs could not be read, or a kernel version cannot be compared). None never rai
 it becomes an "undetermined" entry that says which facts were missing.
 """
 
+import collections
 import json
 import operator
 import re
 
-from . import severity_rank
+from . import kernel_records, severity_rank
 from .parsers import ext4_parsers, kernel_version
 
 _VERSION = re.compile(r"^\d+\.\d+")
@@ -94,7 +95,7 @@ def _under_any(path, directories):
 
 def host_context(facts):
     unresolved = (facts.get("image") or {}).get("fstab_unresolved")  # a disk image's (ext4_image_facts)
-    return {"kernel": facts.get("kernel") or {},
+    return {"kernel": facts.get("kernel") or {}, "filesystems": facts.get("filesystems") or [],
             "host": {"ext4_count": len(facts.get("filesystems") or []),
                      "netfs_count": len(facts.get("netfs") or []),
                      "fstab_unresolved_count": None if unresolved is None else len(unresolved)}}
@@ -104,12 +105,13 @@ class _Plan:
     """The catalog made ready for evaluate_host, once per catalog object and kept on it (a
     loaded catalog is not changed afterwards): the rules with their predicates compiled into
     closures, so a host only pays for lookups and comparisons; and the kernel-issue results of
-    each kernel seen so far, as in_range depends only on the kernel facts and the catalog."""
+    each kernel seen so far (and its open kernel CNA records), as they depend only on the kernel
+    facts and the catalog."""
 
     def __init__(self, catalog):
         self.source = catalog.rules
-        self.rules = [(rule, _compile(rule["when"], catalog.kernel_issues),
-                       [(step, _compile(step["when"], catalog.kernel_issues)) for step in rule.get("escalate") or []])
+        self.rules = [(rule, _compile(rule["when"], catalog),
+                       [(step, _compile(step["when"], catalog)) for step in rule.get("escalate") or []])
                       for rule in catalog.rules]
         self.issues_by_kernel = {}
 
@@ -130,7 +132,7 @@ class _Plan:
         return self.issues_by_kernel.setdefault(key, {})
 
 
-def _compile(pred, kernel_issues):
+def _compile(pred, catalog):
     """A predicate -> test(context, evidence, missing, issues) -> True/False/None.
 
     test records each fact it reads in evidence (path -> value, in reading order) and each fact
@@ -139,7 +141,7 @@ def _compile(pred, kernel_issues):
         # Three-valued: all is False if any part is False, any is True if any part is True; else
         # None if a part is None (a fact missing), else the other value.
         decisive = "any" in pred
-        subs = [_compile(sub, kernel_issues) for sub in pred["any" if decisive else "all"]]
+        subs = [_compile(sub, catalog) for sub in pred["any" if decisive else "all"]]
 
         def test_combined(context, evidence, missing, issues):
             result = not decisive
@@ -152,14 +154,16 @@ def _compile(pred, kernel_issues):
             return result
         return test_combined
     if "not" in pred:
-        inner = _compile(pred["not"], kernel_issues)
+        inner = _compile(pred["not"], catalog)
 
         def test_not(context, evidence, missing, issues):
             result = inner(context, evidence, missing, issues)
             return None if result is None else not result
         return test_not
     if "kernel_issue" in pred:
-        return _compile_kernel_issue(pred["kernel_issue"], kernel_issues)
+        return _compile_kernel_issue(pred["kernel_issue"], catalog.kernel_issues)
+    if "kernel_records" in pred:
+        return _compile_kernel_records(pred["kernel_records"], catalog.records)
     return _compile_fact(pred)
 
 
@@ -175,6 +179,44 @@ def _compile_kernel_issue(issue_id, kernel_issues):
             missing.append("%s (kernel %s cannot be compared)" % (key, (context.get("kernel") or {}).get("release")))
         return result
     return test_issue
+
+
+def _compile_kernel_records(record_class, records):
+    """{kernel_records: CLASS} (host scope): the host's kernel lacks the fix of a record of this
+    class that matters on its ext4 filesystems. Evidence: kernel_records (the exact records, which
+    the message lists and a waiver may name), kernel_records_set_aside (not relevant, and why),
+    kernel_records_advisory (a backporting vendor's kernel, judged by its upstream base: these
+    never fire; with no exact record the result is None and the host report's undetermined lists
+    them with the reason)."""
+    def test_records(context, evidence, missing, issues):
+        kernel = context.get("kernel") or {}
+        if "kernel_records" not in issues:
+            issues["kernel_records"] = kernel_records.open_records(records, kernel)
+        items, filesystems = issues["kernel_records"], context.get("filesystems") or []
+        if items is None:
+            evidence["kernel_records"] = None
+            missing.append("kernel_records (kernel %s cannot be judged)" % kernel.get("release"))
+            return None
+        exact, advisory, aside = [], [], []
+        for item in items:
+            if item["class"] != record_class or not filesystems:
+                continue
+            why = kernel_records.set_aside(item, filesystems)
+            if why:
+                aside.append("%s: %s" % (item["id"], why))
+            else:
+                (advisory if item["advisory"] else exact).append(item)
+        evidence["kernel_records"] = [dict((k, item[k]) for k in ("id", "title", "fixed_in", "fixed_mainline", "link"))
+                                      for item in exact]
+        if aside:
+            evidence["kernel_records_set_aside"] = aside
+        if advisory:
+            evidence["kernel_records_advisory"] = ["%s: %s" % (item["id"], item["reason"]) for item in advisory]
+            if not exact:
+                missing.extend("kernel_records %s (%s)" % (item["id"], item["reason"]) for item in advisory)
+                return None
+        return bool(exact)
+    return test_records
 
 
 def _compile_fact(pred):
@@ -313,7 +355,15 @@ _FIELDS = {
     "disk_kind": lambda f: (f.fs.get("queue") or {}).get("kind"),
     "disk": lambda f: (f.fs.get("queue") or {}).get("device"),
 }
-MESSAGE_FIELDS = frozenset(_FIELDS)  # the placeholders a message may name (checked at catalog load)
+# Fields that depend on the rule, from its evidence: {kernel_records} lists the open records.
+_EVIDENCE_FIELDS = {"kernel_records": lambda evidence: kernel_records.describe(evidence.get("kernel_records") or [])}
+MESSAGE_FIELDS = frozenset(_FIELDS) | frozenset(_EVIDENCE_FIELDS)  # the placeholders a message may name (checked at catalog load)
+
+
+def message(template, fields, evidence):
+    """A rule's message for one target: the target's fields and the rule's evidence fields."""
+    by_evidence = dict((name, value(evidence)) for name, value in _EVIDENCE_FIELDS.items() if name in template)
+    return " ".join(template.format_map(collections.ChainMap(by_evidence, fields)).split())
 
 
 def evaluate_host(facts, catalog):
@@ -356,7 +406,7 @@ def evaluate_host(facts, catalog):
                 where,
                 rule=rule_id, title=rule["title"], severity=severity,
                 base_severity=rule["severity"], escalated_because=because,
-                message=" ".join(rule["message"].format_map(fields).split()),
+                message=message(rule["message"], fields, evidence),
                 evidence=evidence,
                 remediation=rule["remediation"], references=rule["references"],
                 seed=rule.get("seed"), tags=rule["tags"], waived=False, waiver=None,

@@ -163,3 +163,44 @@ def open_records(doc, kernel):
             "advisory": bool(notes), "link": LINK % record["id"],
         })
     return items
+
+
+# Records that matter only where a feature is in use, told by a keyword of their title (reviewed
+# against the 157 titles: every fast-commit one names fast_commit, fast-commit or an fc_ function,
+# every inline-data one says inline, every quota one says quota). feature: what the finding names;
+# in_use(features, options): one filesystem's superblock features and mount options. A title
+# without a keyword applies to every ext4 filesystem.
+_QUOTA_OPTIONS = ("quota", "usrquota", "grpquota", "prjquota", "usrjquota", "grpjquota")
+RELEVANCE = (
+    (re.compile(r"fast[_ -]commit|\bfc_|_fc_", re.I), "fast_commit",
+     lambda features, options: "fast_commit" in features),
+    (re.compile(r"inline", re.I), "inline_data", lambda features, options: "inline_data" in features),
+    (re.compile(r"quota", re.I), "quota",
+     lambda features, options: bool({"quota", "project"} & features)
+     or any(option.split("=")[0] in _QUOTA_OPTIONS for option in options)),
+)
+
+
+def set_aside(item, filesystems):
+    """Why a record does not matter on a host with these ext4 filesystems, or None when it does.
+    A filesystem whose superblock was not read might use the feature: the record is kept."""
+    for keyword, feature, in_use in RELEVANCE:
+        if not keyword.search(item["title"]):
+            continue
+        for fs in filesystems:
+            sb = fs.get("superblock")
+            if not sb or in_use(set(sb.get("features") or ()), fs.get("options") or ()):
+                return None
+        return "%s is not enabled on any ext4 filesystem of the host" % feature
+    return None
+
+
+def describe(items):
+    """One line for a finding's message: each record's id, title and where its fix is."""
+    return "; ".join('%s "%s" (%s)' % (item["id"], " ".join(item["title"].split()), _fixed_text(item)) for item in items)
+
+
+def _fixed_text(item):
+    if item["fixed_in"]:
+        return "first fixed in %s" % item["fixed_in"]
+    return "no fix in this branch" + (", mainline %s" % item["fixed_mainline"] if item["fixed_mainline"] else "")

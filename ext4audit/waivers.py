@@ -10,8 +10,11 @@ File format (YAML, kept in the inventory folder as waivers.yml):
         justification: TiKV requires nodelalloc  # required
         approver: storage-team                   # required
         expires: 2027-03-31                      # required, UTC: waives until 2027-03-31T00:00:00Z
+        records: [CVE-2023-53149]                # optional: kernel CNA records (KERNEL_EXT4_*_UNFIXED)
 
-With neither hosts nor groups a waiver is fleet-wide (all level). A waived finding stays in the
+With neither hosts nor groups a waiver is fleet-wide (all level). With records, a waiver takes those
+records out of a kernel record finding's list (its evidence kernel_records and its message); the
+finding is waived once no record is left. A waived finding stays in the
 report, marked waived. An expired waiver waives nothing and is listed loudly in every report.
 Semantics follow InSpec's (justification required, expiry evaluated at run time) with the
 expiry pinned to UTC.
@@ -23,11 +26,14 @@ year runs from 2000 to 2100 (0999 or 20277 is a typo), and expiries compare as m
 
 import datetime
 import fnmatch
+import re
 
-from . import reports, safe_yaml
+from . import kernel_records, reports, safe_yaml
 
 REQUIRED = ("rule", "justification", "approver", "expires")
 SCOPES = ("hosts", "groups", "mountpoints")
+RECORDS = "records"  # kernel CNA record ids, for the {kernel_records: CLASS} rules
+_RECORD_ID = re.compile(r"^CVE-\d{4}-\d{4,}$")
 FIRST_YEAR, LAST_YEAR = 2000, 2100  # an expiry outside these is a typo (0999, 20277), not a policy
 
 
@@ -96,9 +102,10 @@ def parse(doc, known_rules=None, source="waivers"):
         for field in REQUIRED:
             if entry.get(field) is None or entry.get(field) == "":
                 raise WaiverError("%s has no %s; every waiver needs %s" % (where, field, ", ".join(REQUIRED)))
-        unknown = sorted((str(key) for key in entry if key not in REQUIRED + SCOPES))
+        fields = REQUIRED + SCOPES + (RECORDS,)
+        unknown = sorted((str(key) for key in entry if key not in fields))
         if unknown:  # a misspelt hosts: or mountpoints: would widen the waiver to the whole fleet
-            raise WaiverError("%s: unknown field %s (fields: %s)" % (where, unknown[0], ", ".join(REQUIRED + SCOPES)))
+            raise WaiverError("%s: unknown field %s (fields: %s)" % (where, unknown[0], ", ".join(fields)))
         if not isinstance(rule, str):
             raise WaiverError("%s: waiver #%d: rule must be a rule id, got %r" % (source, index, rule))
         if known_rules is not None and rule not in known_rules:
@@ -106,7 +113,11 @@ def parse(doc, known_rules=None, source="waivers"):
         for field in ("justification", "approver"):
             if not isinstance(entry[field], str) or not entry[field].strip():
                 raise WaiverError("%s: %s must be text, got %r" % (where, field, entry[field]))
-        scopes = dict((field, _names(entry, field, where)) for field in SCOPES)
+        scopes = dict((field, _names(entry, field, where)) for field in SCOPES + (RECORDS,))
+        bad = [record for record in scopes[RECORDS] if not _RECORD_ID.match(record)]
+        if bad or (RECORDS in entry and not scopes[RECORDS]):  # an empty list would waive every record
+            raise WaiverError("%s: records must be a non-empty list of CVE ids (CVE-YYYY-NNNN), got %r"
+                              % (where, entry[RECORDS]))
         waivers.append(dict(scopes, index=index, rule=rule, justification=entry["justification"].strip(),
                             approver=entry["approver"].strip(), expires=_expiry(entry["expires"], where)))
     return waivers
@@ -134,9 +145,29 @@ def apply(findings, waivers, host, groups, now):
             record = dict((k, waiver[k]) for k in ("rule", "justification", "approver"))
             record["expires"] = reports.stamp(waiver["expires"])
             if waiver["expires"] > now:
+                if waiver[RECORDS] and _waive_records(finding, waiver[RECORDS], record):
+                    continue  # records are left: the finding stands with them
                 finding["waived"], finding["waiver"] = True, dict(record, status="active")
                 break
             finding["waiver"] = dict(record, status="expired")
             if record not in expired:
                 expired.append(record)
     return expired
+
+
+def _waive_records(finding, ids, waiver):
+    """Take the records a waiver names out of a kernel record finding's list (evidence
+    kernel_records, and the message while records are left; kernel_records_waived says which and
+    by whom). True when records are left: a finding without such a list keeps all it has."""
+    evidence = finding.get("evidence") or {}
+    items = evidence.get("kernel_records")
+    if not items:
+        return True
+    kept = [item for item in items if item["id"] not in ids]
+    evidence.setdefault("kernel_records_waived", []).extend(
+        "%s (waived by %s until %s)" % (item["id"], waiver["approver"], waiver["expires"])
+        for item in items if item["id"] in ids)
+    if kept:
+        finding["message"] = finding["message"].replace(kernel_records.describe(items), kernel_records.describe(kept))
+        evidence["kernel_records"] = kept
+    return bool(kept)

@@ -1,6 +1,7 @@
 """Shared test helpers: the repository paths and real loop-mounted ext4 filesystems."""
 
 import ast
+import glob
 import json
 import os
 import re
@@ -186,3 +187,31 @@ def sshfs_mount(sshd, tmp_path):
         yield str(target)
     finally:
         subprocess.run(["fusermount3", "-u", str(target)], check=False)
+
+
+def failing_rules(run_dir):
+    """{host: sorted rule ids of its findings that fail the run's policy}, from a run folder."""
+    from ext4audit import reports
+    summary = load_json(os.path.join(str(run_dir), "summary.json"))
+    failing = {}
+    for path in sorted(glob.glob(os.path.join(str(run_dir), "hosts", "*.json"))):
+        report = load_json(path)
+        rules = sorted(set(f["rule"] for f in report["findings"] if reports.failing(f, summary["policy"]["fail_on"])))
+        if rules:
+            failing[report["host"]] = rules
+    return failing
+
+
+def unfixed_data_corruption(run_dir):
+    """{host: [KERNEL_EXT4_DATA_CORRUPTION_UNFIXED]} for each audited host of a run folder whose
+    kernel lacks a data-corruption fix of the kernel's CNA records (rules/kernel_cna_records.json)
+    that is relevant to its filesystems: what the default policy fails on a real Debian kernel."""
+    from ext4audit import kernel_records
+    records, expected = kernel_records.load(), {}
+    for path in sorted(glob.glob(os.path.join(str(run_dir), "hosts", "*.json"))):
+        report = load_json(path)
+        items = kernel_records.open_records(records, report["kernel"]) or []
+        if any(item["class"] == "data corruption" and not item["advisory"]
+               and not kernel_records.set_aside(item, report["filesystems"]) for item in items):
+            expected[report["host"]] = ["KERNEL_EXT4_DATA_CORRUPTION_UNFIXED"]
+    return expected
