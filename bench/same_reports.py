@@ -10,6 +10,7 @@ with the code of this working tree, as the playbook's report step runs it (every
 fixed), so every file of the two run folders must be identical; the one thing that may differ
 is the checkout's own path, which report.sarif names as %SRCROOT% and is replaced by a
 placeholder. Prints each differing file and its first differing line; exit 1 if any differ.
+A file only the tree writes is a difference too, unless named with --new (a new format).
 """
 
 import argparse
@@ -66,6 +67,8 @@ def main():
     parser.add_argument("--hosts", type=int, default=1000)
     parser.add_argument("--before", default="main", help="git revision of the code to compare with (default: main)")
     parser.add_argument("--workdir", default="/var/tmp")
+    parser.add_argument("--new", action="append", default=[], metavar="FILE",
+                        help="a file of the run folder that only this tree writes (a new format), not a difference")
     args = parser.parse_args()
     base = tempfile.mkdtemp(prefix="same-reports-", dir=args.workdir)
     try:
@@ -82,7 +85,7 @@ def main():
         runs = {"before": (side(base, "before", old, template, waivers, inventory), old),
                 "after": (side(base, "after", ROOT, template, waivers, inventory), ROOT)}
         names = {key: files(run) for key, (run, _) in runs.items()}
-        differ = sorted(set(names["before"]) ^ set(names["after"]))
+        differ = sorted(set(names["before"]) ^ set(names["after"]) - set(args.new))
         for name in differ:
             print("only %s: %s" % ("before" if name in names["before"] else "after", name))
         same = 0
