@@ -2,6 +2,7 @@
 """Check that a change leaves the report step's files byte for byte as they were.
 
     .venv/bin/python bench/same_reports.py [--hosts 1000] [--before main] [--workdir /var/tmp]
+    .venv/bin/python bench/same_reports.py --run reports/latest [--before main]
 
 Makes one synthetic fleet (bench/aggregate.py's: its facts records, waivers, a baseline run),
 then reports on it with the code of git revision --before (exported with `git archive`) and
@@ -9,7 +10,9 @@ with the code of this working tree, as the playbook's report step runs it (every
 --baseline, --inventory). Both runs have the same run id and the same clock (reports.utc_now is
 fixed), so every file of the two run folders must be identical; the one thing that may differ
 is the checkout's own path, which report.sarif names as %SRCROOT% and is replaced by a
-placeholder. Prints each differing file and its first differing line; exit 1 if any differ.
+placeholder. With --run, the facts and probe records of a real run folder (e.g. what `make
+audit` collected) are reported instead, with inventories/local's waivers and no baseline, as
+`make audit` reports them. Prints each differing file and its first differing line; exit 1 if any differ.
 A file only the tree writes is a difference too, unless named with --new (a new format).
 """
 
@@ -39,15 +42,22 @@ def report(code, run, waivers, baseline, inventory):
         sys.exit("the report step of %s failed (exit %d)" % (code, done.returncode))
 
 
-def side(base, name, code, template, waivers, inventory):
+def side(base, name, code, template, waivers, inventory, real_run=None):
     """Report the baseline and the fleet with the code at `code` in base/side (summary.json names
-    the baseline's path, the same for both sides), then move it to base/<name>; return its run folder."""
+    the baseline's path, the same for both sides), then move it to base/<name>; return its run
+    folder. real_run: report that run folder's records instead, without a baseline."""
     folder = os.path.join(base, "side")
-    aggregate.write_run(os.path.join(folder, "baseline"), template["baseline"])
-    report(code, os.path.join(folder, "baseline"), waivers, None, inventory)
     run = os.path.join(folder, "run")
-    aggregate.write_run(run, template["today"])
-    report(code, run, waivers, os.path.join(folder, "baseline"), inventory)
+    if real_run:
+        for sub in ("facts", "probe"):
+            if os.path.isdir(os.path.join(real_run, sub)):
+                shutil.copytree(os.path.join(real_run, sub), os.path.join(run, sub))
+        report(code, run, waivers, None, inventory)
+    else:
+        aggregate.write_run(os.path.join(folder, "baseline"), template["baseline"])
+        report(code, os.path.join(folder, "baseline"), waivers, None, inventory)
+        aggregate.write_run(run, template["today"])
+        report(code, run, waivers, os.path.join(folder, "baseline"), inventory)
     os.rename(folder, os.path.join(base, name))
     return os.path.join(base, name, "run")
 
@@ -67,6 +77,7 @@ def main():
     parser.add_argument("--hosts", type=int, default=1000)
     parser.add_argument("--before", default="main", help="git revision of the code to compare with (default: main)")
     parser.add_argument("--workdir", default="/var/tmp")
+    parser.add_argument("--run", metavar="DIR", help="a real run folder whose facts/ and probe/ are reported instead")
     parser.add_argument("--new", action="append", default=[], metavar="FILE",
                         help="a file of the run folder that only this tree writes (a new format), not a difference")
     args = parser.parse_args()
@@ -76,14 +87,19 @@ def main():
         os.mkdir(old)
         archive = subprocess.run(["git", "-C", ROOT, "archive", args.before], stdout=subprocess.PIPE, check=True).stdout
         subprocess.run(["tar", "-x", "-C", old], input=archive, check=True)
-        inventory = os.path.join(base, "inventory")
-        os.mkdir(inventory)
-        waivers = os.path.join(inventory, "waivers.yml")
-        template = {"today": aggregate.fleet(args.hosts, 20261122, baseline=False),
-                    "baseline": aggregate.fleet(args.hosts, 20261122, baseline=True)}
-        aggregate.write_waivers(waivers, template["today"])
-        runs = {"before": (side(base, "before", old, template, waivers, inventory), old),
-                "after": (side(base, "after", ROOT, template, waivers, inventory), ROOT)}
+        if args.run:
+            inventory, template = os.path.join(ROOT, "inventories", "local"), None
+            waivers = os.path.join(inventory, "waivers.yml")
+        else:
+            inventory = os.path.join(base, "inventory")
+            os.mkdir(inventory)
+            waivers = os.path.join(inventory, "waivers.yml")
+            template = {"today": aggregate.fleet(args.hosts, 20261122, baseline=False),
+                        "baseline": aggregate.fleet(args.hosts, 20261122, baseline=True)}
+            aggregate.write_waivers(waivers, template["today"])
+        real_run = os.path.realpath(args.run) if args.run else None
+        runs = {"before": (side(base, "before", old, template, waivers, inventory, real_run), old),
+                "after": (side(base, "after", ROOT, template, waivers, inventory, real_run), ROOT)}
         names = {key: files(run) for key, (run, _) in runs.items()}
         differ = sorted(set(names["before"]) ^ set(names["after"]) - set(args.new))
         for name in differ:
@@ -98,8 +114,8 @@ def main():
             differ.append(name)
             line = next(i for i, (x, y) in enumerate(zip(a.split(b"\n") + [None], b.split(b"\n") + [None]), 1) if x != y)
             print("differs: %s (line %d)" % (name, line))
-        print("%d hosts: %d files identical, %d differ (before: %s, after: this tree)" % (
-            args.hosts, same, len(differ), args.before))
+        print("%s: %d files identical, %d differ (before: %s, after: this tree)" % (
+            real_run or "%d hosts" % args.hosts, same, len(differ), args.before))
         return 1 if differ else 0
     finally:
         shutil.rmtree(base)
