@@ -277,7 +277,7 @@ def timed_report(argv, interval=0.01):
 
 def profile_child(argv):
     """In this process: the report command with its steps timed (--profile-child). Prints JSON."""
-    from ext4audit import baseline, catalog, cli, fleet, html, prometheus, reports, sarif, waivers
+    from ext4audit import baseline, catalog, cli, fleet, reports, terminal, waivers, writers
     steps, depth = {}, [0]
 
     def hwm():
@@ -314,11 +314,10 @@ def profile_child(argv):
                                 (baseline, "load", "load baseline (summary)"), (cli, "plotted_hosts", "choose plotted hosts"),
                                 (fleet, "report_hosts", "every host: read facts, evaluate, compare, write hosts/ and parts"),
                                 (reports, "summarize_digests", "summarize"), (fleet, "put_hosts_in_place", "move hosts/"),
-                                (reports, "write_json", None), (fleet, "write_markdown", "write summary.md"),
-                                (sarif, "write_log", "write report.sarif"), (prometheus, "write", "write ext4audit.prom"),
-                                (html, "write_page", "write report.html"), (fleet, "write_junit", "write junit.xml"),
-                                (reports, "finish_run", "flush, write summary.json"), (reports, "point_latest", "move latest"),
-                                (reports, "terminal_table", "table")):
+                                (reports, "write_json", None), (reports, "finish_run", "flush, write summary.json"),
+                                (reports, "point_latest", "move latest"), (terminal, "table", "table")) + tuple(
+                                    (writers.writer_class(name), "finish", "write " + writers.writer_class(name).file)
+                                    for name in writers.FORMATS):
         wrap(module, name, label)
     start = time.perf_counter()
     with open(os.devnull, "w") as devnull:

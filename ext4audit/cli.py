@@ -11,7 +11,7 @@ import sys
 import traceback
 
 from . import SEVERITIES, severity_rank, catalog as catalog_mod, kernel_gate, kernel_records, probe, reports, waivers as waivers_mod
-from . import baseline as baseline_mod, fleet, html, merge, version
+from . import baseline as baseline_mod, fleet, html, markdown, merge, terminal, version, writers
 
 
 _check, _list_of = fleet._check, fleet._list_of  # the checks of facts records, for host reports too
@@ -66,7 +66,7 @@ def cmd_report(args):
     probes, plan = load_probe(args.run_dir)
     job = fleet.Job(args.run_dir, catalog, waivers, base, probes, plan, run_id, now, args.fail_on, args.fail_on_new,
                     len(paths), plotted_hosts(probes, plan), os.path.join(args.rules_dir, "catalog.yml"),
-                    args.inventory)
+                    args.inventory, args.formats)
     summary_path = os.path.join(args.run_dir, reports.SUMMARY)
     try:
         job.staging = fleet.stage(args.run_dir)
@@ -87,7 +87,7 @@ def cmd_report(args):
             args.run_dir, exc, "" if os.path.exists(summary_path) else
             "; it is incomplete (no %s), and gate, merge and --baseline refuse it" % reports.SUMMARY))
     reports.point_latest(os.path.dirname(os.path.normpath(args.run_dir)), args.run_dir)  # syncfs: summary.json too
-    print(reports.terminal_table(summary))
+    sys.stdout.write(reports.json_text(summary) if args.print == "json" else terminal.table(summary) + "\n")
     return reports.EXIT_CODES[summary["verdict"]]
 
 
@@ -162,7 +162,7 @@ def cmd_gate(args):
     diff = baseline_mod.compare(host_reports, base) if base else None
     summary = reports.summarize(host_reports, run_id, args.fail_on, args.unreachable_incomplete, now,
                                 baseline=diff, fail_on_new=args.fail_on_new)
-    print(reports.terminal_table(summary) if args.table else "verdict: %s: %s" % (summary["verdict"], summary["reason"]))
+    print(terminal.table(summary) if args.table else "verdict: %s: %s" % (summary["verdict"], summary["reason"]))
     return reports.EXIT_CODES[summary["verdict"]]
 
 
@@ -193,8 +193,9 @@ def cmd_kernel_gate(args):
                   record_fail_classes=args.record_fail_classes)
     gate = kernel_gate.evaluate(sides[0], sides[1], tuple(plan_ids), policy)
     reports.write_json(os.path.join(args.run_dir, "kernel_gate.json"), gate)
-    reports.write_atomic(os.path.join(args.run_dir, "kernel_gate.md"), kernel_gate.markdown(gate, reports.md))
-    if os.path.exists(os.path.join(args.run_dir, "summary.json")):  # report.html gets the comparison too
+    reports.write_atomic(os.path.join(args.run_dir, "kernel_gate.md"), kernel_gate.markdown(gate, markdown.md))
+    # A complete run's report.html gets the comparison too (unless its formats left the page out)
+    if all(os.path.exists(os.path.join(args.run_dir, name)) for name in (reports.SUMMARY, html.Writer.file)):
         html.write(os.path.join(args.run_dir, "report.html"),
                    reports.read_json(os.path.join(args.run_dir, "summary.json"), "summary"),
                    load_host_reports(args.run_dir), catalog_mod.load(), args.run_dir)
@@ -203,11 +204,11 @@ def cmd_kernel_gate(args):
 
 
 def cmd_check(args):
-    """Validate the rule catalog and the waiver file (the playbooks' preflight, before any host is contacted)."""
+    """Validate the rule catalog, the waiver file and the report formats (the playbooks' preflight, before any host is contacted)."""
     catalog = catalog_mod.load(args.rules_dir)
     waivers = waivers_mod.load(args.waivers, set(catalog.by_id)) if args.waivers else []
-    print("catalog: %d rules, %d kernel issues; waivers: %d" % (len(catalog.rules), len(catalog.kernel_issues),
-                                                                len(waivers)))
+    print("catalog: %d rules, %d kernel issues; waivers: %d; report formats: %s" % (
+        len(catalog.rules), len(catalog.kernel_issues), len(waivers), ", ".join(args.formats)))
     return 0
 
 
@@ -238,6 +239,19 @@ def cmd_plan(args):
 def _classes(text):
     """"data corruption,crash/BUG" -> a list; "" -> none."""
     return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def _formats(text):
+    try:
+        return writers.names(text)
+    except writers.FormatError as exc:
+        raise argparse.ArgumentTypeError(str(exc))
+
+
+def _add_formats(parser):
+    parser.add_argument("--formats", type=_formats, default=list(writers.FORMATS), metavar="LIST",
+                        help="report files to write besides summary.json and hosts/: a comma-separated list of %s, "
+                             "or %s (default)" % (", ".join(writers.FORMATS), writers.ALL))
 
 
 def _bool(text):
@@ -279,6 +293,10 @@ def main(argv=None):
     sub.choices["merge"].add_argument("slices", nargs="+", metavar="SLICE_DIR",
                                       help="run folders of the slices (--limit runs, AWX job slices, other controllers)")
     for name in ("report", "merge"):
+        _add_formats(sub.choices[name])
+        sub.choices[name].add_argument("--print", choices=("table", "json"), default="table",
+                                       help="what to print: the table of hosts and the verdict line (default), or "
+                                            "summary.json's document, for scripts")
         sub.choices[name].add_argument("--inventory", metavar="DIR",
                                        help="inventory folder: report.sarif points at its host_vars/<host>.yml files")
         sub.choices[name].add_argument("--jobs", type=int, default=fleet.default_jobs(), metavar="N",
@@ -306,6 +324,7 @@ def main(argv=None):
     p = sub.add_parser("check", help=cmd_check.__doc__)
     p.add_argument("--waivers", help="waiver file (YAML); a missing file means none")
     p.add_argument("--rules-dir", default=catalog_mod.RULES_DIR, help=argparse.SUPPRESS)
+    _add_formats(p)
     p.set_defaults(func=cmd_check)
     p = sub.add_parser("rules", help="print the rule catalog as a Markdown table")
     p.add_argument("--rules-dir", default=catalog_mod.RULES_DIR, help=argparse.SUPPRESS)

@@ -1,10 +1,11 @@
 """The report step over a whole fleet: one pass per host, in worker processes, in bounded memory.
 
 Each host goes through the same steps once: read its facts record, evaluate the rules and
-waivers, mark its findings against the baseline, write hosts/<host>.json, and append its pieces
-of junit.xml, report.sarif and report.html to its shard's part files. What the fleet files need
-from a host beyond that is its digest (reports.digest), a few hundred bytes. So memory is one
-host report per worker plus every host's digest, and 10,000 hosts cost what 10 do per host.
+waivers, mark its findings against the baseline, write hosts/<host>.json, and append its part
+of each report format's file (junit.xml, report.sarif, report.html: the run's writers, see
+writers.py) to its shard's part files. What the fleet files need from a host beyond that is
+its digest (reports.digest), a few hundred bytes. So memory is one host report per worker plus
+every host's digest, and 10,000 hosts cost what 10 do per host.
 
 The hosts are cut into shards in file order; worker processes (one per core, forked, so they
 share the catalog, waivers, probe records and baseline index already loaded) take the shards,
@@ -12,7 +13,7 @@ and the parts are joined in shard order: the files are the same whatever the num
 
 Nothing appears in the run folder until every host is done: hosts/ and the parts are made in a
 staging folder inside it, which any error removes (a corrupt baseline host report found halfway
-leaves nothing behind). Then hosts/ moves into place, the fleet files are written, and
+leaves nothing behind). Then hosts/ moves into place, each writer's file is written, and
 summary.json last of all (reports.finish_run).
 """
 
@@ -26,14 +27,12 @@ import shutil
 import signal
 import tempfile
 
-from . import baseline as baseline_mod, engine, html, probe, reports, sarif, waivers as waivers_mod
+from . import baseline as baseline_mod, engine, probe, reports, waivers as waivers_mod, writers as writers_mod
 
 RECORD_STATUSES = ("audited", "unreachable", "failed")  # what roles/ext4_audit/tasks/facts.yml writes
 FACTS_SCHEMA = "ext4-fleet-audit/facts/v1"
 PARALLEL_FROM = 200  # hosts; below this, forking workers costs more than it saves
 SHARDS_PER_WORKER = 16  # small shards even out the workers' loads at the end of the pass
-PARTS = ("junit", "sarif", "html")
-BLOCK = 1 << 20  # bytes copied at a time when the parts are joined
 
 
 def _list_of(value, types):
@@ -116,11 +115,12 @@ class Job:
     """What every host of a run is reported with: the same for every shard and worker."""
 
     def __init__(self, run_dir, catalog, waivers, base, probes, plan, run_id, now, fail_on, fail_on_new,
-                 hosts, plotted, catalog_path=None, inventory=None):
+                 hosts, plotted, catalog_path=None, inventory=None, formats=tuple(writers_mod.FORMATS)):
         self.run_dir, self.catalog, self.waivers, self.base = run_dir, catalog, waivers, base
         self.probes, self.plan, self.run_id, self.now = probes, plan, run_id, now
         self.fail_on, self.fail_on_new, self.hosts = fail_on, fail_on_new, hosts
         self.plotted, self.catalog_path, self.inventory = plotted, catalog_path, inventory
+        self.formats = formats  # writers.FORMATS names, in that order
         self.staging = None
         self.writers = None  # see _writers
 
@@ -130,15 +130,15 @@ _JOB = None  # the job of the current report step; worker processes inherit it w
 
 def run_shard(number, paths, first_index):
     """Report on one shard's hosts (facts record paths) and return their digests, each with its
-    index in the run, whether it has a section in report.html, and its baseline part."""
+    index in the run and its baseline part."""
     job = _JOB
-    results, sections = _writers(job)
     # A folder per shard: workers creating files in one folder at once contend for its lock and
     # for the same inode group (measured: 2.6 times the kernel time at 10,000 hosts).
-    hosts_dir = _part(job.staging, "hosts", number)
+    hosts_dir = os.path.join(job.staging, "hosts.%05d" % number)
     os.mkdir(hosts_dir)
-    digests, sarif_written = [], False
-    handles = dict((name, open(_part(job.staging, name, number), "w", encoding="utf-8")) for name in PARTS)
+    digests, started = [], set()  # the formats with a part in this shard's part file
+    outputs = [(name, writer, open(_parts(job, name, writer).path(number), "w", encoding="utf-8"))
+               for name, writer in _writers(job)]
     try:
         for offset, path in enumerate(paths):
             report = build_host_report(read_record(path), job.catalog, job.waivers, job.run_id, job.now,
@@ -156,18 +156,16 @@ def run_shard(number, paths, first_index):
                     out.write(text)
             except FileExistsError:
                 raise _clash(report["host"], path)
-            handles["junit"].write(reports.junit_suite(report, job.fail_on))
-            piece = results.of_host(report)
-            if piece:
-                handles["sarif"].write(",\n" + piece if sarif_written else piece)
-                sarif_written = True
             digest = reports.digest(report, job.fail_on, job.fail_on_new, compared=job.base is not None)
-            digest.update(index=first_index + offset, section=html.has_section(digest, job.hosts), baseline=part)
-            if digest["section"]:
-                handles["html"].write(sections.render(report, digest))
+            digest.update(index=first_index + offset, baseline=part)
+            for name, writer, handle in outputs:
+                piece = writer.host(report, digest)
+                if piece:
+                    handle.write(writer.separator + piece if name in started else piece)
+                    started.add(name)
             digests.append(digest)
     finally:
-        for handle in handles.values():
+        for _, _, handle in outputs:
             handle.close()
     return digests
 
@@ -178,16 +176,14 @@ def _clash(host, where):
 
 
 def _writers(job):
-    """The job's SARIF results maker and HTML section renderer, made once per process."""
-    if getattr(job, "writers", None) is None:
-        job.writers = (sarif.Results(job.catalog, job.catalog_path, job.inventory, job.base is not None),
-                       html.Sections({"fail_on": job.fail_on, "fail_on_new": job.fail_on_new}, job.hosts, job.catalog,
-                                     job.plotted, job.probes))
+    """[(format name, writer)] of the job's formats, made once per process (workers make their own)."""
+    if job.writers is None:
+        job.writers = [(name, writers_mod.writer_class(name)(job)) for name in job.formats]
     return job.writers
 
 
-def _part(staging, name, number):
-    return os.path.join(staging, "%s.%05d" % (name, number))
+def _parts(job, name, writer):
+    return writers_mod.Parts(job.staging, name, writer.separator)
 
 
 def _die_with_parent():
@@ -237,41 +233,6 @@ def _one_report_per_host(digests):
     return digests
 
 
-def part_paths(staging, name):
-    """The shards' non-empty part files of one kind, in shard order."""
-    return [path for path in sorted(glob.glob(os.path.join(staging, name + ".*"))) if os.path.getsize(path)]
-
-
-def parts(staging, name):
-    """The shards' part files of one kind as text, in order, in blocks."""
-    for path in part_paths(staging, name):
-        with open(path, encoding="utf-8") as handle:
-            for block in iter(lambda: handle.read(BLOCK), ""):
-                yield block
-
-
-def copy_parts(out, paths, separator=""):
-    """Append part files to the text file `out`, separator between them, in the kernel where it
-    can (copy_file_range: 280 MB at 10,000 hosts without a trip through Python's str)."""
-    for number, path in enumerate(paths):
-        out.write(separator if number else "")
-        out.flush()  # what `out` buffered goes first; the copy then appends at the file's offset
-        with open(path, "rb") as source:
-            size = os.fstat(source.fileno()).st_size
-            copy = getattr(os, "copy_file_range", None)
-            try:
-                while copy is not None and size > 0:
-                    copied = copy(source.fileno(), out.fileno(), size)
-                    if copied == 0:
-                        break
-                    size -= copied
-            except OSError:  # not on this filesystem or kernel: the offsets stand where it stopped
-                copy = None
-            if size > 0 or copy is None:
-                shutil.copyfileobj(source, out.buffer, BLOCK)
-                out.buffer.flush()
-
-
 def stage(run_dir):
     """A staging folder inside the run folder."""
     return tempfile.mkdtemp(prefix=".report-", dir=run_dir)
@@ -301,31 +262,12 @@ def discard(staging):
 
 
 def write_fleet_files(job, summary, digests):
-    """Write the fleet files but summary.json (reports.finish_run writes it last) from the digests
-    and the staged parts; hosts/ is already in place."""
-    write_junit(job)
-    write_markdown(job, summary)
-    sarif.write_log(os.path.join(job.run_dir, "report.sarif"), summary, job.catalog,
-                    lambda out: copy_parts(out, part_paths(job.staging, "sarif"), ",\n"), durable=False)
-    from . import prometheus  # prometheus_client: only the report step needs it
-
-    prometheus.write(os.path.join(job.run_dir, "ext4audit.prom"), summary, digests)
-    with reports.atomic_file(os.path.join(job.run_dir, "report.html"), durable=False) as out:
-        html.write_page(out, summary, digests, parts(job.staging, "html"), job.catalog, job.run_dir)
-
-
-def write_junit(job):
-    paths = part_paths(job.staging, "junit")
-    head, tail = reports.junit_frame(not paths)
-    with reports.atomic_file(os.path.join(job.run_dir, "junit.xml"), durable=False) as out:
-        out.write(head)
-        copy_parts(out, paths)
-        out.write(tail)
-
-
-def write_markdown(job, summary):
-    """summary.md: its host details come from the hosts it shows (reports.MD_HOSTS at most), read back."""
-    shown = [row["host"] for row in sorted(summary["hosts"], key=reports.attention_order)[:reports.MD_HOSTS]]
-    reports.write_atomic(os.path.join(job.run_dir, "summary.md"), reports.markdown(summary, [
-        reports.read_json(os.path.join(job.run_dir, "hosts", reports.safe_name(host) + ".json"), "host report")
-        for host in shown]), durable=False)
+    """Write each writer's file from the summary, the digests and its staged parts (hosts/ is in
+    place), and remove the files of the formats this run does not write (an earlier report of the
+    same run may have left them); summary.json is not one of them (reports.finish_run writes it last)."""
+    for name, writer in _writers(job):
+        with reports.atomic_file(os.path.join(job.run_dir, writer.file), durable=False) as out:
+            writer.finish(out, summary, digests, _parts(job, name, writer))
+    for name in set(writers_mod.FORMATS) - set(job.formats):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(job.run_dir, writers_mod.writer_class(name).file))

@@ -23,7 +23,7 @@ import urllib.parse
 
 from markupsafe import Markup
 
-from . import SEVERITIES, probe, reports, severity_rank
+from . import SEVERITIES, probe, reports, severity_rank, writers
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 # A probed host's three pictures take about 0.3 s to draw and 80 KiB of page: a fleet where the
@@ -261,7 +261,26 @@ def render(summary, host_reports, catalog=None, run_dir=None):
 
 def write(path, summary, host_reports, catalog=None, run_dir=None):
     """Write the page to `path` atomically, streamed (the report step itself goes through
-    fleet.py, which renders the host sections in its workers)."""
+    Writer, whose host sections are rendered in the step's workers)."""
     digests, sections, found = _pieces(summary, host_reports, catalog, run_dir)
     with reports.atomic_file(path) as out:
         write_page(out, summary, digests, sections, catalog, run_dir, found)
+
+
+class Writer(writers.Writer):
+    """The sections of the hosts that get one (has_section) are the parts."""
+
+    file = "report.html"
+
+    def __init__(self, job):
+        super().__init__(job)
+        self.sections = Sections({"fail_on": job.fail_on, "fail_on_new": job.fail_on_new}, job.hosts, job.catalog,
+                                 job.plotted, job.probes)
+
+    def host(self, report, digest):
+        # Kept in the digest: the page's table says which hosts have a section (row)
+        digest["section"] = has_section(digest, self.job.hosts)
+        return self.sections.render(report, digest) if digest["section"] else None
+
+    def finish(self, out, summary, digests, parts):
+        write_page(out, summary, digests, parts.text(), self.job.catalog, self.job.run_dir)

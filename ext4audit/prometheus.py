@@ -23,7 +23,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
-from . import reports
+from . import reports, writers
 
 QUANTILES = (("0.5", "p50"), ("0.9", "p90"), ("0.99", "p99"))
 VERDICTS = ("pass", "fail", "incomplete")
@@ -92,5 +92,10 @@ def text_of(summary, digests):
     return generate_latest(_Run(families(summary, digests))).decode("utf-8")
 
 
-def write(path, summary, digests):
-    reports.write_atomic(path, text_of(summary, digests))
+class Writer(writers.Writer):
+    """No host parts: the metrics come from the digests."""
+
+    file = "ext4audit.prom"
+
+    def finish(self, out, summary, digests, parts):
+        out.write(text_of(summary, digests))

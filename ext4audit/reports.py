@@ -1,12 +1,11 @@
-"""Report files and the gate verdict.
+"""The run folder's durable files and the gate verdict.
 
 reports/<run-id>/
   facts/<host>.json    what the playbook collected (input)
   probe/<host>.json    what the probe measured, probe/plan.json its plan (input, optional)
   hosts/<host>.json    per-host report (contract: ext4-fleet-audit/host-report/v1)
   summary.json         verdict, counts, hosts not audited
-  junit.xml            a test case per host x rule x filesystem
-  summary.md           for a GitHub job summary: verdict first, details folded
+  the report formats'  files (writers.FORMATS: junit.xml, summary.md, report.sarif, ...)
 reports/latest -> <run-id>
 
 Every file is written to a temporary name and renamed into place, so a killed run never leaves
@@ -18,7 +17,6 @@ read_complete_run).
 import contextlib
 import ctypes
 import datetime
-import functools
 import gc
 import glob
 import json
@@ -99,9 +97,13 @@ def dump_compact(doc):
         return (json.dumps(doc, sort_keys=True, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
-def write_json(path, doc, durable=True):
+def json_text(doc):
     """Indented for people, keys sorted."""
-    write_atomic(path, json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n", durable)
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def write_json(path, doc, durable=True):
+    write_atomic(path, json_text(doc), durable)
 
 
 def read_json(path, what, decoder=None):
@@ -261,6 +263,12 @@ def failing(finding, fail_on):
     return not finding["waived"] and severity_rank(finding["severity"]) >= severity_rank(fail_on)
 
 
+def policy_failures(findings, fail_on, fail_on_new):
+    """The findings that fail the gate: unwaived, at or above fail_on and, with fail_on_new, new
+    since the baseline (marked by baseline.compare_host)."""
+    return [f for f in findings if failing(f, fail_on) and (not fail_on_new or f.get("baseline") == "new")]
+
+
 def digest(report, fail_on, fail_on_new=False, compared=False):
     """What the fleet files need from one host report, in a few hundred bytes: the report step
     keeps this for every host and no host's full report (fleet.py). compared: the findings carry
@@ -275,7 +283,7 @@ def digest(report, fail_on, fail_on_new=False, compared=False):
         key = (bool(finding["waived"]), finding["rule"], finding["severity"])
         metrics[key] = metrics.get(key, 0) + 1
     failing_ = [f for f in unwaived if severity_rank(f["severity"]) >= severity_rank(fail_on)]
-    fails_policy = [f for f in failing_ if not fail_on_new or f.get("baseline") == "new"]
+    fails_policy = policy_failures(failing_, fail_on, fail_on_new)
     section = report.get("probe")
     sweep = (section or {}).get("sweep") or {}
     worst = max((f["severity"] for f in unwaived), key=severity_rank, default=None)
@@ -390,272 +398,8 @@ def summarize_digests(digests, run_id, fail_on, unreachable_is_incomplete, now, 
     }
 
 
-# ------------------------------------------------------------------ JUnit
-_XML_BAD = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-
-
-def xml_text(value):
-    """Text that XML 1.0 can hold: control characters become U+FFFD (escaping is ElementTree's)."""
-    return _XML_BAD.sub("\ufffd", "" if value is None else str(value))
-
-
-# ElementTree's escaping (xml.etree.ElementTree._escape_attrib and _escape_cdata), as tables.
-_XML_ATTRIB = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "\r": "&#13;", "\n": "&#10;",
-                             "\t": "&#09;"})
-_XML_CDATA = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
-
-
-def _attrib(value):
-    return xml_text(value).translate(_XML_ATTRIB)
-
-
-_attrib_of_rule = functools.lru_cache(maxsize=1024)(_attrib)  # rule ids repeat in every suite
-
-
-JUNIT_HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n<testsuites name="ext4-fleet-audit"'
-
-
-def junit_suite(report, fail_on):
-    """One host's test suite: a test case per rule x filesystem (host-wide rules: per rule). The
-    document is the one ElementTree would make, indented as ET.indent does; it is written in
-    pieces (10,000 hosts make over 100 MB), never held as a tree."""
-    head = '\n    <testcase classname="%s" name="' % _attrib(report["host"])
-    cases, counts, places = [], {"failure": 0, "error": 0, "skipped": 0, "system-out": 0}, {}
-
-    def name(item):
-        """The case name, escaped; a host's ~100 cases share a few mount points (escaped once)."""
-        where = item.get("mountpoint")
-        if where not in places:
-            places[where] = " [%s]" % _attrib(where) if where else ""
-        return _attrib_of_rule(item["rule"]) + places[where]
-
-    def case(item_name, child, attributes=(), text=None):
-        counts[child] += 1
-        attrs = "".join(' %s="%s"' % (key, _attrib(value)) for key, value in attributes)
-        inner = ("<%s%s>%s</%s>" % (child, attrs, xml_text(text).translate(_XML_CDATA), child) if text is not None
-                 else "<%s%s />" % (child, attrs))
-        cases.append(head + item_name + '">\n      ' + inner + "\n    </testcase>")
-
-    if report["status"] != "audited":
-        case("audit", "error", [("message", "%s: %s" % (report["status"], report.get("reason")))])
-    for finding in report["findings"]:
-        text = "%s\nRemediation: %s\nCost: %s" % (finding["message"], finding["remediation"]["steps"],
-                                                   finding["remediation"]["cost"])
-        if failing(finding, fail_on):
-            case(name(finding), "failure", [("type", finding["severity"]), (
-                "message", "[%s] %s" % (finding["severity"], finding["message"]))], text)
-        elif finding["waived"]:
-            case(name(finding), "skipped", [("message", "waived until %s by %s: %s" % (
-                finding["waiver"]["expires"], finding["waiver"]["approver"], finding["waiver"]["justification"]))])
-        else:
-            case(name(finding), "system-out", text="[%s, below fail_on=%s] %s" % (finding["severity"], fail_on, text))
-    for item in report.get("undetermined") or []:
-        case(name(item), "skipped", [("message", "undetermined: missing " + ", ".join(item["missing"]))])
-    cases.extend(head + name(item) + '" />' for item in report.get("passed") or [])
-    suite = '\n  <testsuite name="%s" tests="%d" failures="%d" errors="%d" skipped="%d"' % (
-        _attrib(report["host"]), len(cases), counts["failure"], counts["error"], counts["skipped"])
-    return suite + (">" + "".join(cases) + "\n  </testsuite>" if cases else " />")
-
-
-def junit_frame(empty):
-    """The text before and after the hosts' suites (a document without suites closes at once)."""
-    return (JUNIT_HEAD + " />\n", "") if empty else (JUNIT_HEAD + ">", "\n</testsuites>\n")
-
-
-def junit_document(suites):
-    """junit.xml in pieces from the hosts' suites (strings, in host order)."""
-    suites = list(suites)
-    head, tail = junit_frame(not suites)
-    return [head] + suites + [tail]
-
-
-def junit(host_reports, fail_on):
-    return "".join(junit_document(junit_suite(r, fail_on) for r in host_reports))
-
-
-# ------------------------------------------------------------------ Markdown
-# Markup characters as entities, Markdown's backslash escapes; one table lookup per character.
-_MD = str.maketrans(dict({"&": "&amp;", "<": "&lt;", ">": "&gt;"}, **{c: "\\" + c for c in "\\`*_[]{}()#+!|~$-"}))
-_MD_BREAKS = re.compile(r"[\r\n\t]+")
-
-
-def md(value):
-    """Escape a host-provided string for Markdown and inline HTML (GitHub job summaries render both)."""
-    text = ("" if value is None else str(value)).translate(_MD)
-    return _MD_BREAKS.sub(" ", text) if "\n" in text or "\r" in text or "\t" in text else text
-
-
-def markdown(summary, host_reports):
-    lines = ["## ext4 fleet audit: %s" % summary["verdict"].upper(), "",
-             "**%s**: %s (fail_on=%s)" % (summary["verdict"], md(summary["reason"]), summary["policy"]["fail_on"]), ""]
-    if summary["expired_waivers"]:
-        lines += ["> **%d expired waiver(s) no longer waive anything:** %s" % (
-            len(summary["expired_waivers"]),
-            "; ".join("%s on %s (expired %s, approver %s)" % (md(w["rule"]), md(w["host"]), w["expires"], md(w["approver"]))
-                      for w in summary["expired_waivers"])), ""]
-    rows = summary["hosts"]
-    if len(rows) > MD_HOSTS:  # GitHub takes at most 1 MiB of job summary; every host is in the other files
-        rows = sorted(rows, key=attention_order)[:MD_HOSTS]
-    lines += ["| host | status | worst | findings | failing | waived | probe |", "|---|---|---|---|---|---|---|"]
-    for host in rows:
-        lines.append("| %s | %s | %s | %d | %d | %d | %s |" % (
-            md(host["host"]), host["status"], host["worst"] or "-", host["findings"], host["failing"], host["waived"],
-            host.get("probe") or "-"))
-    if len(rows) < len(summary["hosts"]):
-        lines += ["", "The %d hosts most in need of attention of %d; every host is in summary.json, report.html "
-                  "and hosts/." % (len(rows), len(summary["hosts"]))]
-    if summary.get("baseline") is not None:
-        lines += _baseline_lines(summary["baseline"], summary["policy"].get("fail_on_new"))
-    lines += ["", "<details><summary>Findings by host</summary>", ""]
-    by_host = dict((r["host"], r) for r in host_reports)
-    for report in (by_host[h["host"]] for h in rows):
-        lines.append("### %s" % md(report["host"]))
-        if report["status"] != "audited":
-            lines.append("- not audited: %s" % md(report.get("reason")))
-        for f in sorted(report["findings"], key=lambda f: -severity_rank(f["severity"])):
-            mark = " (waived: %s)" % md(f["waiver"]["justification"]) if f["waived"] else ""
-            if f["waiver"] and f["waiver"]["status"] == "expired":
-                mark = " (**waiver expired %s**)" % f["waiver"]["expires"]
-            lines.append("- **%s** `%s`: %s%s" % (f["severity"], f["rule"], md(f["message"]), mark))
-            lines.append("  - Fix: %s (cost: %s)" % (md(f["remediation"]["steps"]), md(f["remediation"]["cost"])))
-            if f.get("confirmation"):
-                lines.append("  - Probe: " + _confirmation_text(f["confirmation"]))
-        for item in report.get("undetermined") or []:
-            lines.append("- undetermined `%s`%s: missing %s" % (item["rule"], " on %s" % md(item["mountpoint"])
-                                                               if item["mountpoint"] else "", md(", ".join(item["missing"]))))
-        for error in report.get("errors") or []:
-            lines.append("- could not read (%s): %s" % (md(error["where"]), md(error["reason"])))
-        if report.get("probe"):
-            lines += _probe_lines(report["probe"])
-        lines.append("")
-    lines += ["</details>", ""]
-    return "\n".join(lines)
-
-
-BASELINE_ROWS = 100  # rows of the Markdown diff table; summary.json lists every change
-MD_HOSTS = 100  # hosts in summary.md (table and details) when there are more: those most in need of attention
-
-
-def _baseline_lines(diff, fail_on_new):
-    """The diff against the baseline for Markdown: counts, hosts added and removed, a table of new
-    and resolved findings."""
-    lines = ["", "### Since baseline %s" % md(diff["run_id"]), "",
-             "**%d new**, %d resolved, %d persisting%s" % (
-                 len(diff["new"]), len(diff["resolved"]), diff["persisting"],
-                 " (fail_on_new: only new findings can fail the gate)" if fail_on_new else ""), ""]
-    for key, label in (("hosts_added", "Hosts added"), ("hosts_removed", "Hosts removed")):
-        if diff[key]:
-            lines.append("- %s (%d): %s%s" % (label, len(diff[key]), ", ".join(md(h) for h in diff[key][:BASELINE_ROWS]),
-                                              ", ..." if len(diff[key]) > BASELINE_ROWS else ""))
-    for item in diff.get("hosts_not_compared") or []:
-        lines.append("- Not compared: %s (%s)" % (md(item["host"]), md(item["reason"])))
-    why = {"new": "new", "worsened": "worse", "host_added": "new host", "not_audited_in_baseline": "not audited before"}
-    rows = [(why.get(e.get("why"), "new") + (" (was %s)" % e["was"] if e.get("was") else "") +
-             (" (waived)" if e.get("waived") else ""), e) for e in diff["new"]]
-    rows += [("resolved", e) for e in diff["resolved"]]
-    if rows:
-        lines += ["", "| change | host | rule | severity | mount point |", "|---|---|---|---|---|"]
-        lines += ["| %s | %s | %s | %s | %s |" % (change, md(e["host"]), md(e["rule"]), e["severity"],
-                                                  md(e["mountpoint"]) if e["mountpoint"] else "-")
-                  for change, e in rows[:BASELINE_ROWS]]
-        if len(rows) > BASELINE_ROWS:
-            lines.append("\n%d more change(s) in summary.json" % (len(rows) - BASELINE_ROWS))
-    return lines
-
-
-def _confirmation_text(conf):
-    """One finding's confirmation, for Markdown (its probe id is the catalog's: shown as code)."""
-    if conf["status"] == "not_measured":
-        return "not measured (`%s`): %s" % (conf["probe"], md(conf["reason"]))
-    return "%s: `%s`%s ratio %.3g %s %g" % (
-        conf["status"].replace("_", " "), conf["probe"], " (%s)" % md(conf["metric"]) if conf["metric"] else "",
-        conf["ratio"], ">=" if conf["status"] == "confirmed" else "<", conf["threshold"])
-
-
-def _probe_lines(section):
-    """A host's probe for Markdown: quantiles, top factors, each confirmation's ratio and spread."""
-    head = "- **Probe** %s" % md(section["status"])
-    head += " on %s" % md(section["mountpoint"]) if section["mountpoint"] else ""
-    head += ": %s" % md(section["reason"]) if section["reason"] else ""
-    details = [md(section["kernel"])] if section["kernel"] else []
-    details += ["%.1f s" % section["duration_s"]] if section["duration_s"] is not None else []
-    lines = [head + (" (%s)" % ", ".join(details) if details else "")]
-    sweep = section.get("sweep")
-    if sweep:
-        stopped = "; stopped by %s" % md(sweep["stopped_by"]) if sweep.get("stopped_by") else ""
-        lines.append("  - sweep: %d of %d runs (seed %s, level set %s%s)" % (
-            sweep["runs_completed"], sweep["runs_planned"], md(sweep["seed"]), md(sweep["level_set"]), stopped))
-        if sweep["runs_completed"]:
-            dspan, ratio = sweep["dspan"], sweep["tail_vs_ideal"]
-            lines.append("  - d-span p50 %s, p90 %s, p99 %s; d-span / file size p50 %.3g, p90 %.3g, p99 %.3g" % (
-                probe.human_bytes(dspan["p50"]), probe.human_bytes(dspan["p90"]), probe.human_bytes(dspan["p99"]),
-                ratio["p50"], ratio["p90"], ratio["p99"]))
-        if sweep["prioritization"]:
-            lines.append("  - top factors (S_i; chance level in brackets): " + ", ".join(
-                "%s %.2f (%.2f)" % (md(e["factor"]), e["s"], e["noise_floor"]) for e in sweep["prioritization"][:3]))
-        lines += ["  - note: %s" % md(note) for note in sweep["notes"]]
-    for c in section["confirmations"]:
-        if c.get("ratio") is not None:
-            spread = " (spread %.3g to %.3g)" % tuple(c["ratio_spread"]) if c.get("ratio_spread") else ""
-            text = "ratio %.3g%s over %s repetitions, %s" % (c["ratio"], spread, md(c.get("repetitions")),
-                                                            md(c.get("status")))
-        else:
-            text = "%s: %s" % (md(c.get("status")), md(c.get("reason")))
-        where = " on %s" % md(c["mountpoint"]) if c.get("mountpoint") else ""
-        metric = " (%s)" % md(c["metric"]) if c.get("metric") else ""
-        lines.append("  - confirmation %s%s%s: %s" % (md(c["id"]), where, metric, text))
-    lines += ["  - error: %s" % md(error) for error in section["errors"]]
-    return lines
-
-
-TABLE_ROWS = 25  # the end-of-run table shows the worst hosts; summary.md and summary.json have them all
-
-
-def tty(value):
-    """A host-provided string for the terminal: control characters (newlines, escape sequences)
-    shown as escapes, so they can neither break the table nor drive the terminal."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(value))
-
-
 def attention_order(h):
     """Sort key of summary host rows: not audited first, then by worst severity and failing findings."""
     return (h["status"] == "audited", -severity_rank(h["worst"]) if h["worst"] else 1, -h["failing"], h["host"])
 
 
-def terminal_table(summary, limit=TABLE_ROWS):
-    """The end-of-run table (host, worst severity, findings, probe status), hosts not audited and
-    the worst first, then the baseline line and the verdict line. The verdict line is always last
-    (the playbook's failure message is that line)."""
-    hosts = sorted(summary["hosts"], key=attention_order)
-    rows = [("host", "worst", "findings", "probe")]
-    for h in hosts[:limit]:
-        if h["status"] != "audited":
-            rows.append((h["host"], "not audited: " + h["status"], "-", h.get("probe") or "-"))
-            continue
-        notes = ["%d failing" % h["failing"]] if h["failing"] else []
-        notes += ["%d new" % h["new"]] if h.get("new") else []
-        notes += ["%d waived" % h["waived"]] if h["waived"] else []
-        rows.append((h["host"], h["worst"] or "-", "%d%s" % (h["findings"], " (%s)" % ", ".join(notes) if notes else ""),
-                     h.get("probe") or "-"))
-    cells = [[tty(cell)[:40] for cell in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(rows[0]))]
-    out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in cells]
-    if len(hosts) > limit:
-        out.append("... %d more host(s) (all in %s)" % (len(hosts) - limit, "summary.md" if len(hosts) <= MD_HOSTS
-                                                          else "summary.json and report.html"))
-    diff = summary.get("baseline")
-    if diff is not None:
-        changed = ["hosts %s: %s" % (what, ", ".join(tty(h) for h in diff["hosts_" + what][:5]) +
-                                     (", ..." if len(diff["hosts_" + what]) > 5 else ""))
-                   for what in ("added", "removed") if diff["hosts_" + what]]
-        out.append("since baseline %s: %d new, %d resolved, %d persisting%s" % (
-            tty(diff["run_id"]), len(diff["new"]), len(diff["resolved"]), diff["persisting"],
-            "; " + "; ".join(changed) if changed else ""))
-        for entry in sorted(diff["new"], key=lambda e: -severity_rank(e["severity"]))[:5]:
-            out.append("  new: %s %s %s%s%s" % (tty(entry["host"]), entry["rule"], entry["severity"],
-                                              " on " + tty(entry["mountpoint"]) if entry["mountpoint"] else "",
-                                              " (was %s)" % entry["was"] if entry.get("was") else ""))
-        if len(diff["new"]) > 5:
-            out.append("  ... %d more new (summary.md)" % (len(diff["new"]) - 5))
-    out.append("verdict: %s: %s" % (summary["verdict"], tty(summary["reason"])))
-    return "\n".join(out)

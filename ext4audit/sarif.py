@@ -24,7 +24,7 @@ import urllib.parse
 
 import msgspec
 
-from . import ROOT, catalog as catalog_mod, reports, safe_yaml, severity_rank
+from . import ROOT, catalog as catalog_mod, reports, safe_yaml, severity_rank, writers
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 TOOL = "ext4-fleet-audit"
@@ -160,15 +160,16 @@ class Results:
 
 def write(path, summary, host_reports, catalog, catalog_path=None, inventory=None):
     """Write report.sarif atomically for host reports held in memory (the report step goes
-    through fleet.py, which makes the results in its workers)."""
+    through Writer, whose results are made in the step's workers)."""
     results = Results(catalog, catalog_path, inventory, summary.get("baseline") is not None)
     pieces = [piece for piece in (results.of_host(report) for report in host_reports) if piece]
-    write_log(path, summary, catalog, lambda out: out.write(",\n".join(pieces)))
+    with reports.atomic_file(path) as out:
+        write_log(out, summary, catalog, lambda out: out.write(",\n".join(pieces)))
 
 
-def write_log(path, summary, catalog, write_results, durable=True):
-    """Write report.sarif atomically; write_results(out) writes the text of the results array
-    into it (the hosts' results as Results.of_host makes them, comma-separated), without
+def write_log(out, summary, catalog, write_results):
+    """Write the log to the text file `out`; write_results(out) writes the text of the results
+    array into it (the hosts' results as Results.of_host makes them, comma-separated), without
     indentation (10,000 hosts make over 100 MB)."""
     rules = [_rule_descriptor(rule) for rule in catalog.rules]
     notes = [{"level": "error", "message": {"text": "%s was not audited: %s: %s" % (
@@ -190,7 +191,23 @@ def write_log(path, summary, catalog, write_results, durable=True):
         }],
     }
     head, tail = json.dumps(log).split(_PLACEHOLDER)
-    with reports.atomic_file(path, durable) as out:
-        out.write(head + '"results": [')
-        write_results(out)
-        out.write("]" + tail + "\n")
+    out.write(head + '"results": [')
+    write_results(out)
+    out.write("]" + tail + "\n")
+
+
+class Writer(writers.Writer):
+    """The hosts' results are their parts, comma-separated."""
+
+    file = "report.sarif"
+    separator = ",\n"
+
+    def __init__(self, job):
+        super().__init__(job)
+        self.results = Results(job.catalog, job.catalog_path, job.inventory, job.base is not None)
+
+    def host(self, report, digest):
+        return self.results.of_host(report)
+
+    def finish(self, out, summary, digests, parts):
+        write_log(out, summary, self.job.catalog, parts.copy_to)

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ansible_playbook, load_json, needs_root, run
-from ext4audit import reports
+from ext4audit import junit as junit_mod, markdown as markdown_mod
 
 pytestmark = needs_root
 
@@ -157,13 +157,13 @@ def test_hostile_names_are_audited_escaped_and_never_run(loopfs, tmp_path, signa
     markdown = open(os.path.join(run_dir, "summary.md"), encoding="utf-8").read()
     assert "<script>" not in markdown and "<img" not in markdown and "<b>" not in markdown
     for key, fs in made.items():  # in each finding's message (where runs of white space are one space)
-        assert reports.md(" ".join(fs["shown"].split())) in markdown, key
+        assert markdown_mod.md(" ".join(fs["shown"].split())) in markdown, key
     assert "\\$\\(kill" in markdown and "\\`kill" in markdown
 
     tree = ET.parse(os.path.join(run_dir, "junit.xml"))
     names = set(case.get("name") for case in tree.iter("testcase"))
     for key, fs in made.items():
-        assert "EXT4_ERRORS_CONTINUE [%s]" % reports.xml_text(fs["shown"]) in names, key
+        assert "EXT4_ERRORS_CONTINUE [%s]" % junit_mod.xml_text(fs["shown"]) in names, key
     junit = open(os.path.join(run_dir, "junit.xml"), encoding="utf-8").read()
     assert "<script>" not in junit and "<img" not in junit
 

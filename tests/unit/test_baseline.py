@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from ext4audit import baseline, reports
+from ext4audit import baseline, reports, terminal
 from test_reports import HOSTILE, cli, write_run
 from test_rules import facts, with_options
 
@@ -246,7 +246,7 @@ def test_terminal_table_is_short_escaped_and_ends_with_the_verdict():
     diff = {"run_id": "run-0", "new": [{"host": "h030", "rule": "R", "severity": "critical", "mountpoint": HOSTILE,
                                         "device": "/dev/x", "why": "new"}],
             "resolved": [], "persisting": 5, "hosts_added": ["evil\n\x1b[31mhost"], "hosts_removed": []}
-    text = reports.terminal_table({"hosts": hosts, "verdict": "incomplete", "reason": "1 host(s) not audited (x\ny)",
+    text = terminal.table({"hosts": hosts, "verdict": "incomplete", "reason": "1 host(s) not audited (x\ny)",
                                    "baseline": diff}, limit=10)
     lines = text.splitlines()
     assert lines[0].split() == ["host", "worst", "findings", "probe"]

@@ -213,7 +213,7 @@ def test_markdown_lists_the_three_record_lists_escaped():
                                 PLAN, records=RECORDS)
     gate["candidate"]["upstream"] = "6.6.10 <b>x</b>"      # host data, as a tampered report would carry it
     gate["kernel_records"]["carried"][0]["reason"] = "runs *6.6* <i>"
-    text = kernel_gate.markdown(gate, cli.reports.md)
+    text = kernel_gate.markdown(gate, cli.markdown.md)
     assert "### ext4/jbd2 kernel records (kernel CNA data of 2026-08-21)" in text
     assert "<b>" not in text and "<i>" not in text and "*6.6*" not in text
     assert "Upstream 6.1.50 -> 6.6.10 &lt;b&gt;x&lt;/b&gt;: 3 new in the candidate, 1 still carried by the candidate, " \
