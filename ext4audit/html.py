@@ -23,7 +23,7 @@ import urllib.parse
 
 from markupsafe import Markup
 
-from . import SEVERITIES, probe, reports, severity_rank
+from . import SEVERITIES, policy as policy_mod, probe, reports, severity_rank
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 # A probed host's three pictures take about 0.3 s to draw and 80 KiB of page: a fleet where the
@@ -184,7 +184,8 @@ class Sections:
             view = _probe_view(report["probe"], _dspans_of(self.probe_records.get(report["host"])), digest["index"])
         return self.template.render(h={"index": digest["index"], "row": row(digest), "report": report,
                                        "findings": findings, "probe": report.get("probe"), "probe_view": view,
-                                       "detailed": self.detailed}, rationales=self.rationales)
+                                       "detailed": self.detailed, "policy": policy_mod.describe(report)},
+                                    rationales=self.rationales)
 
 
 def plotted_hosts(hosts, completed):

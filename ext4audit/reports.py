@@ -29,7 +29,7 @@ import threading
 
 import msgspec
 
-from . import SEVERITIES, probe, severity_rank
+from . import SEVERITIES, policy as policy_mod, probe, severity_rank
 
 HOST_SCHEMA = "ext4-fleet-audit/host-report/v1"
 SUMMARY_SCHEMA = "ext4-fleet-audit/summary/v1"
@@ -261,10 +261,16 @@ def failing(finding, fail_on):
     return not finding["waived"] and severity_rank(finding["severity"]) >= severity_rank(fail_on)
 
 
+def host_fail_on(report, fail_on):
+    """The host's own fail_on (its policy, from group_vars or host_vars); fail_on for a report without one."""
+    return (report.get("policy") or {}).get("fail_on") or fail_on
+
+
 def digest(report, fail_on, fail_on_new=False, compared=False):
     """What the fleet files need from one host report, in a few hundred bytes: the report step
     keeps this for every host and no host's full report (fleet.py). compared: the findings carry
-    baseline marks (baseline.compare_host ran)."""
+    baseline marks (baseline.compare_host ran). The host is judged by its own fail_on."""
+    fail_on = host_fail_on(report, fail_on)
     findings = report["findings"]
     unwaived = [f for f in findings if not f["waived"]]
     by_severity, by_rule, metrics = dict((s, 0) for s in SEVERITIES), {}, {}
@@ -285,7 +291,8 @@ def digest(report, fail_on, fail_on_new=False, compared=False):
     probe_failed = section is not None and section["status"] in probe.FAILED
     return {
         "host": report["host"], "status": report["status"], "reason": report.get("reason"),
-        "row": {"host": report["host"], "status": report["status"], "worst": worst, "findings": len(unwaived),
+        "row": {"host": report["host"], "status": report["status"], "fail_on": fail_on, "worst": worst,
+                "findings": len(unwaived),
                 "failing": len(failing_), "new": new, "waived": len(findings) - len(unwaived), "errors": errors,
                 "probe": (section or {}).get("status")},
         "by_severity": by_severity, "by_rule": by_rule, "metrics": sorted(metrics.items()),
@@ -316,8 +323,10 @@ def verdict_of(digests, fail_on, unreachable_is_incomplete, fail_on_new=False):
     missing = [d for d in digests if d["status"] != "audited"]
     bad = [(d["host"], rule, severity) for d in audited for rule, severity in d["bad"]]
     kind = "new finding" if fail_on_new else "finding"
-    found = ("%d %s(s) at or above %s on %d host(s)" % (len(bad), kind, fail_on, len(set(b[0] for b in bad)))
-             if bad else "no unwaived %s at or above %s" % (kind, fail_on))
+    levels = set(d["row"]["fail_on"] for d in audited) or {fail_on}
+    level = levels.pop() if len(levels) == 1 else "each host's fail_on"
+    found = ("%d %s(s) at or above %s on %d host(s)" % (len(bad), kind, level, len(set(b[0] for b in bad)))
+             if bad else "no unwaived %s at or above %s" % (kind, level))
     if not audited:
         return "incomplete", "no host was audited" + ("" if not missing else ": " + _host_statuses(missing))
     if missing and unreachable_is_incomplete:
@@ -419,6 +428,7 @@ def junit_suite(report, fail_on):
     """One host's test suite: a test case per rule x filesystem (host-wide rules: per rule). The
     document is the one ElementTree would make, indented as ET.indent does; it is written in
     pieces (10,000 hosts make over 100 MB), never held as a tree."""
+    fail_on = host_fail_on(report, fail_on)
     head = '\n    <testcase classname="%s" name="' % _attrib(report["host"])
     cases, counts, places = [], {"failure": 0, "error": 0, "skipped": 0, "system-out": 0}, {}
 
@@ -451,6 +461,8 @@ def junit_suite(report, fail_on):
             case(name(finding), "system-out", text="[%s, below fail_on=%s] %s" % (finding["severity"], fail_on, text))
     for item in report.get("undetermined") or []:
         case(name(item), "skipped", [("message", "undetermined: missing " + ", ".join(item["missing"]))])
+    for item in report.get("skipped") or []:
+        case(name(item), "skipped", [("message", "skipped by the host's policy: " + item["reason"])])
     cases.extend(head + name(item) + '" />' for item in report.get("passed") or [])
     suite = '\n  <testsuite name="%s" tests="%d" failures="%d" errors="%d" skipped="%d"' % (
         _attrib(report["host"]), len(cases), counts["failure"], counts["error"], counts["skipped"])
@@ -512,8 +524,12 @@ def markdown(summary, host_reports):
         lines.append("### %s" % md(report["host"]))
         if report["status"] != "audited":
             lines.append("- not audited: %s" % md(report.get("reason")))
+        lines += ["- policy: %s" % md(line) for line in policy_mod.describe(report)]
         for f in sorted(report["findings"], key=lambda f: -severity_rank(f["severity"])):
             mark = " (waived: %s)" % md(f["waiver"]["justification"]) if f["waived"] else ""
+            if f.get("severity_override"):
+                mark += " (site severity, %s in the catalog: %s)" % (f["severity_override"]["from"],
+                                                                    md(f["severity_override"]["reason"]))
             if f["waiver"] and f["waiver"]["status"] == "expired":
                 mark = " (**waiver expired %s**)" % f["waiver"]["expires"]
             lines.append("- **%s** `%s`: %s%s" % (f["severity"], f["rule"], md(f["message"]), mark))
