@@ -96,7 +96,10 @@ def describe(report):
     if not policy:
         return []
     lines = ["fails at %s or above (ext4_audit_fail_on)" % policy["fail_on"]]
-    lines += ["skipped %s: %s" % (item["rule"], item["reason"]) for item in report.get("skipped") or []]
+    by_reason = {}
+    for item in report.get("skipped") or []:
+        by_reason.setdefault(item["reason"], []).append(item["rule"])
+    lines += ["skipped (%s): %s" % (reason, ", ".join(rules)) for reason, rules in by_reason.items()]
     lines += ["severity of %s set to %s: %s" % (rid, entry["severity"], entry["reason"])
               for rid, entry in sorted(policy["severity_overrides"].items())]
     return lines
