@@ -154,7 +154,7 @@ def row(digest):
     return {"index": digest["index"], "host": digest["host"], "status": digest["status"], "worst": worst,
             "worst_rank": severity_rank(worst) if worst else -1, "counts": digest["by_severity"],
             "waived": digest["row"]["waived"], "failing": len(digest["bad"]), "errors": digest["row"]["errors"],
-            "probe": digest["row"]["probe"], "section": digest["section"],
+            "probe": digest["row"]["probe"], "section": digest["section"], "fail_on": digest["row"]["fail_on"],
             "file": "hosts/" + urllib.parse.quote(reports.safe_name(digest["host"]) + ".json")}
 
 

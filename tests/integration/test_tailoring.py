@@ -156,7 +156,7 @@ def test_group_policies_judge_each_host_by_its_own(tailored, tmp_path):
     assert "- policy: " + md("skipped (ext4_audit_rules_skip: EXT4_ERRORS_CONTINUE): EXT4_ERRORS_CONTINUE") \
         in markdown.splitlines()
     html = open(os.path.join(run_dir, "report.html")).read()
-    for text in ("<li>fails at low or above (ext4_audit_fail_on)</li>",
+    for text in ("1 host(s) by their own fail_on", "<li>fails at low or above (ext4_audit_fail_on)</li>",
                  "<li>skipped (ext4_audit_rules_skip: EXT4_ERRORS_CONTINUE): EXT4_ERRORS_CONTINUE</li>",
                  "Severity set by this site (info in the catalog): " + OVERRIDE_REASON):
         assert text in html, text
