@@ -1,10 +1,16 @@
-"""Load and validate the rule catalog and the known-kernel-issues table (rules/*.yml).
+"""Load and validate the rule catalog and the known-kernel-issues table (rules/*.yml), and the
+site's own rule files (ext4_audit_rules_dirs: every *.yml in each folder, same schema).
+
+A site rule whose id is a shipped rule's replaces it only when it says `overrides: true`;
+otherwise the clash is an error, as is `overrides: true` on a rule that replaces nothing (a
+misspelt id would otherwise add a second rule and leave the shipped one running).
 
 Every rule is checked here, before any host is contacted (the playbooks run `python -m ext4audit
 check` in their preflight): a misspelt fact path, message placeholder, probe id or field would
 otherwise be read as "unknown" on every host, or fail only on the host where the rule fires."""
 
 import ast
+import glob
 import os
 import re
 import string
@@ -24,7 +30,9 @@ KINDS = ("data-safety", "performance", "operability")  # what a rule's finding p
 PERFORMANCE_CEILING = "medium"
 REQUIRED = ("id", "title", "scope", "kind", "severity", "when", "message", "rationale", "remediation",
             "references", "tags")
-OPTIONAL = ("seed", "escalate", "confirmation")
+OPTIONAL = ("seed", "escalate", "confirmation", "overrides")  # overrides: site rules only
+SCHEMA = "ext4-fleet-audit/rules/v1"
+RULE_ID = re.compile(r"^[A-Z][A-Z0-9_]*$")
 ESCALATE_FIELDS = ("when", "severity", "because")
 OPERATORS = ("eq", "ne", "lt", "lte", "gt", "gte", "in", "contains", "present")
 COMBINATORS = ("all", "any", "not", "kernel_issue", "kernel_records")
@@ -36,14 +44,16 @@ class CatalogError(ValueError):
 
 
 class Catalog:
-    def __init__(self, rules, kernel_issues, records=None):
+    def __init__(self, rules, kernel_issues, records=None, site_rules=()):
         self.rules = rules
+        self.site_rules = frozenset(site_rules)  # ids of the rules that come from site rule files
         self.kernel_issues = kernel_issues
         self.records = records  # kernel_records.load()'s result, for {kernel_records: CLASS}
         self.by_id = dict((rule["id"], rule) for rule in rules)
 
 
-def load(rules_dir=RULES_DIR):
+def load(rules_dir=RULES_DIR, site_dirs=()):
+    """The shipped catalog in rules_dir, with the rules of every *.yml file in each of site_dirs."""
     issues_path = os.path.join(rules_dir, "kernel_issues.yml")
     issues_doc = _read(issues_path)
     issues = {}
@@ -55,13 +65,57 @@ def load(rules_dir=RULES_DIR):
     except kernel_records.RecordsError as exc:
         raise CatalogError(str(exc))
     rules_path = os.path.join(rules_dir, "catalog.yml")
-    rules, seen, probes = _list(_read(rules_path), "rules", rules_path), set(), probe_ids()
+    probes = probe_ids()
+    rules = _rules_of(rules_path, issues, probes, records["classes"])
+    if any("overrides" in rule for rule in rules):
+        raise CatalogError("%s: rule %s: overrides is for site rule files only"
+                           % (rules_path, next(r["id"] for r in rules if "overrides" in r)))
+    position = dict((rule["id"], index) for index, rule in enumerate(rules))
+    site_defined = {}  # id -> the site file that defines it
+    for path in _site_files(site_dirs):
+        for rule in _rules_of(path, issues, probes, records["classes"]):
+            rid = rule["id"]
+            if rid in site_defined:
+                raise CatalogError("%s: rule %s is defined in %s too" % (path, rid, site_defined[rid]))
+            site_defined[rid] = path
+            if rid in position and rule.get("overrides") is not True:
+                raise CatalogError("%s: rule %s: a shipped rule has this id; rename the rule, or set overrides: true "
+                                   "to replace the shipped one" % (path, rid))
+            if rid not in position and rule.get("overrides") is True:
+                raise CatalogError("%s: rule %s: overrides is set but no shipped rule has this id" % (path, rid))
+            if rid in position:
+                rules[position[rid]] = rule
+            else:
+                rules.append(rule)
+    return Catalog(rules, issues, records, site_defined)
+
+
+def _site_files(site_dirs):
+    """The site rule files: every *.yml and *.yaml in each folder, in name order."""
+    paths = []
+    for folder in site_dirs:
+        if not os.path.isdir(folder):
+            raise CatalogError("ext4_audit_rules_dirs: %s is not a folder" % folder)
+        paths += sorted(glob.glob(os.path.join(glob.escape(folder), "*.yml"))
+                        + glob.glob(os.path.join(glob.escape(folder), "*.yaml")))
+    return paths
+
+
+def _rules_of(path, issues, probes, record_classes):
+    """A catalog file's rules, each checked; an error names the file, the rule and the field."""
+    doc = _read(path)
+    if doc.get("schema", SCHEMA) != SCHEMA or set(doc) - {"schema", "rules"}:
+        raise CatalogError("%s: a rule file is a mapping with rules (and schema: %s)" % (path, SCHEMA))
+    rules, seen = _list(doc, "rules", path), set()
     for rule in rules:
-        _check_rule(rule, issues, probes, records["classes"])
+        try:
+            _check_rule(rule, issues, probes, record_classes)
+        except CatalogError as exc:
+            raise CatalogError("%s: %s" % (path, exc))
         if rule["id"] in seen:
-            raise CatalogError("rule %s is defined twice" % rule["id"])
+            raise CatalogError("%s: rule %s is defined twice" % (path, rule["id"]))
         seen.add(rule["id"])
-    return Catalog(rules, issues, records)
+    return rules
 
 
 def probe_ids():
@@ -121,6 +175,12 @@ def _check_rule(rule, issues, probes, record_classes):
     unknown = sorted(set(rule) - set(REQUIRED) - set(OPTIONAL), key=str)
     if unknown:
         raise CatalogError("rule %s: unknown field %s (fields: %s)" % (rid, unknown[0], ", ".join(REQUIRED + OPTIONAL)))
+    if not isinstance(rid, str) or not RULE_ID.match(rid):
+        raise CatalogError("rule %r: id must be upper-case letters, digits and _ (e.g. SITE_DATA_NOATIME)" % (rid,))
+    if not isinstance(rule["tags"], list) or not all(isinstance(t, str) and t for t in rule["tags"]):
+        raise CatalogError("rule %s: tags must be a list of names, got %r" % (rid, rule["tags"]))
+    if "overrides" in rule and not isinstance(rule["overrides"], bool):
+        raise CatalogError("rule %s: overrides must be true or false, got %r" % (rid, rule["overrides"]))
     if rule["scope"] not in SCOPES:
         raise CatalogError("rule %s: scope %r is not one of %s" % (rid, rule["scope"], SCOPES))
     if rule["kind"] not in KINDS:

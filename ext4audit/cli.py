@@ -6,15 +6,17 @@ A tool error is never a pass. check: 0 valid, 2 not. plan: 0 written, 2 could no
 
 import argparse
 import glob
+import json
 import os
 import sys
 import traceback
 
 from . import SEVERITIES, severity_rank, catalog as catalog_mod, kernel_gate, kernel_records, probe, reports, waivers as waivers_mod
-from . import baseline as baseline_mod, fleet, html, markdown, merge, terminal, version, writers
+from . import baseline as baseline_mod, fleet, html, markdown, merge, policy as policy_mod, terminal, version, writers
 
 
 _check, _list_of = fleet._check, fleet._list_of  # the checks of facts records, for host reports too
+DEFAULT_FAIL_ON = "high"
 
 
 def load_probe(run_dir):
@@ -57,7 +59,7 @@ def plotted_hosts(probes, plan):
 
 
 def cmd_report(args):
-    catalog = catalog_mod.load(args.rules_dir)
+    catalog = catalog_mod.load(args.rules_dir, args.site_rules)
     waivers = waivers_mod.load(args.waivers, set(catalog.by_id)) if args.waivers else []
     base = load_baseline(args)
     now = reports.utc_now()
@@ -112,6 +114,9 @@ def check_host_report(report, path):
            path, "no host name or status string")
     _check(report.get("groups") is None or _list_of(report["groups"], str), path, "groups is not a list of names")
     _check(_list_of(report.get("findings"), dict), path, "findings is missing or not a list of objects")
+    _check(report.get("policy") is None or (isinstance(report["policy"], dict)
+                                             and report["policy"].get("fail_on") in SEVERITIES),
+           path, "policy is not an object with a fail_on of %s" % ", ".join(SEVERITIES))
     for key in ("undetermined", "errors", "expired_waivers"):
         _check(_list_of(report.get(key) or [], dict), path, "%s is not a list of objects" % key)
     for number, finding in enumerate(report["findings"], 1):
@@ -147,9 +152,11 @@ def cmd_gate(args):
     reports.read_complete_run(args.run_dir, "run folder")
     host_reports = load_host_reports(args.run_dir)
     now = reports.utc_now()
-    catalog = catalog_mod.load(args.rules_dir)
+    catalog = catalog_mod.load(args.rules_dir, args.site_rules)
     waivers = waivers_mod.load(args.waivers, set(catalog.by_id)) if args.waivers else None
     for report in host_reports:
+        if args.fail_on:  # given now: it replaces every host's own
+            report["policy"] = dict(report.get("policy") or {}, fail_on=args.fail_on)
         for finding in report["findings"]:
             if waivers is not None:  # a new waiver file replaces the one the run used
                 finding["waived"], finding["waiver"] = False, None
@@ -160,8 +167,8 @@ def cmd_gate(args):
                                                           report.get("groups") or [], now)
     run_id = os.path.basename(os.path.normpath(args.run_dir))
     diff = baseline_mod.compare(host_reports, base) if base else None
-    summary = reports.summarize(host_reports, run_id, args.fail_on, args.unreachable_incomplete, now,
-                                baseline=diff, fail_on_new=args.fail_on_new)
+    summary = reports.summarize(host_reports, run_id, args.fail_on or DEFAULT_FAIL_ON, args.unreachable_incomplete,
+                                now, baseline=diff, fail_on_new=args.fail_on_new)
     print(terminal.table(summary) if args.table else "verdict: %s: %s" % (summary["verdict"], summary["reason"]))
     return reports.EXIT_CODES[summary["verdict"]]
 
@@ -204,11 +211,15 @@ def cmd_kernel_gate(args):
 
 
 def cmd_check(args):
-    """Validate the rule catalog, the waiver file and the report formats (the playbooks' preflight, before any host is contacted)."""
-    catalog = catalog_mod.load(args.rules_dir)
+    """Validate the rule catalog, the site rules, the waiver file, hosts' policies and the report
+    formats (the playbooks' preflight, before any host is contacted)."""
+    catalog = catalog_mod.load(args.rules_dir, args.site_rules)
     waivers = waivers_mod.load(args.waivers, set(catalog.by_id)) if args.waivers else []
-    print("catalog: %d rules, %d kernel issues; waivers: %d; report formats: %s" % (
-        len(catalog.rules), len(catalog.kernel_issues), len(waivers), ", ".join(args.formats)))
+    for host, policy in args.policies.items():
+        policy_mod.make(policy, catalog, "host %s" % host, DEFAULT_FAIL_ON)
+    print("catalog: %d rules (%d from site rule files), %d kernel issues; waivers: %d; policies: %d; report formats: %s"
+          % (len(catalog.rules), len(catalog.site_rules), len(catalog.kernel_issues), len(waivers),
+             len(args.policies), ", ".join(args.formats)))
     return 0
 
 
@@ -234,6 +245,21 @@ def cmd_plan(args):
     reports.write_json(args.out, plan)
     print("plan: %d runs, seed %d, level set %s -> %s" % (plan["runs"], plan["seed"], plan["level_set"], args.out))
     return 0
+
+
+def _site_rules_option(parser):
+    parser.add_argument("--site-rules", action="append", default=[], metavar="DIR",
+                        help="a folder of site rule files (*.yml, the catalog's schema); repeatable")
+
+
+def _policies(text):
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError("not JSON: %s" % exc)
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object of host -> policy")
+    return value
 
 
 def _classes(text):
@@ -278,8 +304,12 @@ def main(argv=None):
         p = sub.add_parser(name, help=func.__doc__.splitlines()[0] if func.__doc__ else
                            "evaluate a run folder's facts and write every report")
         p.add_argument("run_dir", help="reports/<run-id> (gate: reports/latest works too; merge: the new folder)")
-        p.add_argument("--fail-on", choices=SEVERITIES, default="high",
-                       help="lowest unwaived severity that fails the gate (default: high)")
+        # report: the hosts' policies come with their facts records; gate: as their reports record them
+        p.add_argument("--fail-on", choices=SEVERITIES, default=None if name == "gate" else DEFAULT_FAIL_ON,
+                       help="lowest unwaived severity that fails the gate: for every host (default: each host's "
+                       "own, %s for reports without one)" % DEFAULT_FAIL_ON if name == "gate" else
+                       "lowest unwaived severity that fails the gate, for hosts whose facts record has no "
+                       "policy of its own (default: %s)" % DEFAULT_FAIL_ON)
         p.add_argument("--unreachable-incomplete", type=_bool, default=True, metavar="BOOL",
                        help="whether hosts that could not be audited make the verdict incomplete (default: true)")
         p.add_argument("--waivers", help="waiver file (YAML); report: the run's waivers, gate: replaces them")
@@ -288,6 +318,7 @@ def main(argv=None):
         p.add_argument("--fail-on-new", type=_bool, default=False, metavar="BOOL",
                        help="fail only on findings new since --baseline (default: false)")
         p.add_argument("--rules-dir", default=catalog_mod.RULES_DIR, help=argparse.SUPPRESS)
+        _site_rules_option(p)
         p.set_defaults(func=func)
     sub.choices["gate"].add_argument("--table", action="store_true", help="print the per-host table too")
     sub.choices["merge"].add_argument("slices", nargs="+", metavar="SLICE_DIR",
@@ -321,10 +352,14 @@ def main(argv=None):
         p.add_argument("--" + name.replace("_", "-"), type=float, default=kernel_gate.DEFAULTS[name],
                        help="%s (default %g)" % (help_text, kernel_gate.DEFAULTS[name]))
     p.set_defaults(func=cmd_kernel_gate)
-    p = sub.add_parser("check", help=cmd_check.__doc__)
+    p = sub.add_parser("check", help=cmd_check.__doc__.splitlines()[0])
     p.add_argument("--waivers", help="waiver file (YAML); a missing file means none")
+    p.add_argument("--policies", type=_policies, default={}, metavar="JSON",
+                   help='hosts\' policies to check: {"HOST": {"fail_on": ..., "rules_select": [...], '
+                        '"rules_skip": [...], "severity_overrides": {...}}, ...}')
     p.add_argument("--rules-dir", default=catalog_mod.RULES_DIR, help=argparse.SUPPRESS)
     _add_formats(p)
+    _site_rules_option(p)
     p.set_defaults(func=cmd_check)
     p = sub.add_parser("rules", help="print the rule catalog as a Markdown table")
     p.add_argument("--rules-dir", default=catalog_mod.RULES_DIR, help=argparse.SUPPRESS)
@@ -340,7 +375,7 @@ def main(argv=None):
     try:
         with reports.no_gc():
             return args.func(args)
-    except (catalog_mod.CatalogError, waivers_mod.WaiverError, reports.ReportError, probe.ProbeError,
+    except (catalog_mod.CatalogError, waivers_mod.WaiverError, policy_mod.PolicyError, reports.ReportError, probe.ProbeError,
             kernel_records.RecordsError, kernel_gate.PolicyError, OSError) as exc:
         print("error: %s" % exc, file=sys.stderr)
         return 2

@@ -27,7 +27,7 @@ import shutil
 import signal
 import tempfile
 
-from . import baseline as baseline_mod, engine, probe, reports, waivers as waivers_mod, writers as writers_mod
+from . import baseline as baseline_mod, engine, policy as policy_mod, probe, reports, waivers as waivers_mod, writers as writers_mod
 
 RECORD_STATUSES = ("audited", "unreachable", "failed")  # what roles/ext4_audit/tasks/facts.yml writes
 FACTS_SCHEMA = "ext4-fleet-audit/facts/v1"
@@ -78,29 +78,38 @@ def read_record(path):
     return record
 
 
-def build_host_report(record, catalog, waivers, run_id, now, probes=None, plan=None):
+def build_host_report(record, catalog, waivers, run_id, now, probes=None, plan=None, fail_on="high"):
     """Turn one facts record written by the playbook into a host report.
 
     probes: the run's probe records by host (None when the run had no probe), plan: its probe
     plan. A host with a record gets a `probe` section; with probes, every finding of a rule that
-    has a confirmation says what the probe measured for it (and may be escalated).
+    has a confirmation says what the probe measured for it (and may be escalated). The record's
+    policy (policy.py) decides which rules run and the severities; fail_on: its default.
     """
     host = record.get("host")
     if not isinstance(host, str) or not host:
         raise reports.ReportError("facts record has no host name")
+    try:
+        policy, skipped = policy_mod.make(record.get("policy"), catalog, "host %s" % host, fail_on)
+    except policy_mod.PolicyError as exc:
+        raise reports.ReportError(str(exc))
     section = probe.host_section(probes[host], plan) if probes and host in probes else None
     report = {"schema": reports.HOST_SCHEMA, "run_id": run_id, "generated_at": reports.stamp(now),
               "host": host, "groups": record.get("groups") or [], "status": record.get("status", "failed"),
-              "reason": record.get("reason"), "kernel": None, "filesystems": [], "netfs": [],
+              "reason": record.get("reason"), "policy": policy,
+              "skipped": [{"rule": rid, "title": catalog.by_id[rid]["title"], "reason": why}
+                          for rid, why in skipped.items()],
+              "kernel": None, "filesystems": [], "netfs": [],
               "findings": [], "undetermined": [], "passed": [], "expired_waivers": [], "errors": [],
               "probe": section}
     facts = record.get("facts")
     if report["status"] == "audited" and (not isinstance(facts, dict) or facts.get("schema") != FACTS_SCHEMA):
         report.update(status="failed", reason="facts from the host are missing or of an unknown schema")
     elif report["status"] == "audited":
-        findings, undetermined, passed = engine.evaluate_host(facts, catalog)
+        findings, undetermined, passed = engine.evaluate_host(facts, catalog, skipped)
         if probes is not None:
             probe.confirm(findings, section, catalog.by_id)
+        policy_mod.override(findings, policy["severity_overrides"])  # the site's word is the last
         expired = waivers_mod.apply(findings, waivers, host, report["groups"], now)
         report.update(kernel=facts["kernel"], filesystems=facts["filesystems"], netfs=facts["netfs"],
                       findings=findings, undetermined=undetermined, passed=passed,
@@ -142,7 +151,7 @@ def run_shard(number, paths, first_index):
     try:
         for offset, path in enumerate(paths):
             report = build_host_report(read_record(path), job.catalog, job.waivers, job.run_id, job.now,
-                                       job.probes, job.plan)
+                                       job.probes, job.plan, job.fail_on)
             part = baseline_mod.compare_host(report, job.base) if job.base else None
             # No temporary name and no fsync per file: the whole folder is new, moves into place
             # when complete, and is flushed once before `latest` moves.

@@ -23,7 +23,7 @@ import urllib.parse
 
 from markupsafe import Markup
 
-from . import SEVERITIES, probe, reports, severity_rank, writers
+from . import SEVERITIES, policy as policy_mod, probe, reports, severity_rank, writers
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 # A probed host's three pictures take about 0.3 s to draw and 80 KiB of page: a fleet where the
@@ -154,7 +154,7 @@ def row(digest):
     return {"index": digest["index"], "host": digest["host"], "status": digest["status"], "worst": worst,
             "worst_rank": severity_rank(worst) if worst else -1, "counts": digest["by_severity"],
             "waived": digest["row"]["waived"], "failing": len(digest["bad"]), "errors": digest["row"]["errors"],
-            "probe": digest["row"]["probe"], "section": digest["section"],
+            "probe": digest["row"]["probe"], "section": digest["section"], "fail_on": digest["row"]["fail_on"],
             "file": "hosts/" + urllib.parse.quote(reports.safe_name(digest["host"]) + ".json")}
 
 
@@ -184,7 +184,8 @@ class Sections:
             view = _probe_view(report["probe"], _dspans_of(self.probe_records.get(report["host"])), digest["index"])
         return self.template.render(h={"index": digest["index"], "row": row(digest), "report": report,
                                        "findings": findings, "probe": report.get("probe"), "probe_view": view,
-                                       "detailed": self.detailed}, rationales=self.rationales)
+                                       "detailed": self.detailed, "policy": policy_mod.describe(report)},
+                                    rationales=self.rationales)
 
 
 def plotted_hosts(hosts, completed):

@@ -37,7 +37,8 @@ JUNIT_HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n<testsuites name="ext4-fle
 def suite(report, fail_on):
     """One host's test suite: a test case per rule x filesystem (host-wide rules: per rule). The
     document is the one ElementTree would make, indented as ET.indent does; it is written in
-    pieces (10,000 hosts make over 100 MB), never held as a tree."""
+    pieces (10,000 hosts make over 100 MB), never held as a tree. The host is judged by its own fail_on."""
+    fail_on = reports.host_fail_on(report, fail_on)
     head = '\n    <testcase classname="%s" name="' % _attrib(report["host"])
     cases, counts, places = [], {"failure": 0, "error": 0, "skipped": 0, "system-out": 0}, {}
 
@@ -70,6 +71,8 @@ def suite(report, fail_on):
             case(name(finding), "system-out", text="[%s, below fail_on=%s] %s" % (finding["severity"], fail_on, text))
     for item in report.get("undetermined") or []:
         case(name(item), "skipped", [("message", "undetermined: missing " + ", ".join(item["missing"]))])
+    for item in report.get("skipped") or []:
+        case(name(item), "skipped", [("message", "skipped by the host's policy: " + item["reason"])])
     cases.extend(head + name(item) + '" />' for item in report.get("passed") or [])
     suite = '\n  <testsuite name="%s" tests="%d" failures="%d" errors="%d" skipped="%d"' % (
         _attrib(report["host"]), len(cases), counts["failure"], counts["error"], counts["skipped"])

@@ -7,7 +7,7 @@ Every host-provided string goes through md(): GitHub renders Markdown and inline
 import os
 import re
 
-from . import probe, reports, severity_rank, writers
+from . import policy as policy_mod, probe, reports, severity_rank, writers
 
 _MD = str.maketrans(dict({"&": "&amp;", "<": "&lt;", ">": "&gt;"}, **{c: "\\" + c for c in "\\`*_[]{}()#+!|~$-"}))
 _MD_BREAKS = re.compile(r"[\r\n\t]+")
@@ -46,8 +46,12 @@ def document(summary, host_reports):
         lines.append("### %s" % md(report["host"]))
         if report["status"] != "audited":
             lines.append("- not audited: %s" % md(report.get("reason")))
+        lines += ["- policy: %s" % md(line) for line in policy_mod.describe(report)]
         for f in sorted(report["findings"], key=lambda f: -severity_rank(f["severity"])):
             mark = " (waived: %s)" % md(f["waiver"]["justification"]) if f["waived"] else ""
+            if f.get("severity_override"):
+                mark += " (site severity, %s in the catalog: %s)" % (f["severity_override"]["from"],
+                                                                    md(f["severity_override"]["reason"]))
             if f["waiver"] and f["waiver"]["status"] == "expired":
                 mark = " (**waiver expired %s**)" % f["waiver"]["expires"]
             lines.append("- **%s** `%s`: %s%s" % (f["severity"], f["rule"], md(f["message"]), mark))

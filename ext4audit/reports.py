@@ -269,10 +269,16 @@ def policy_failures(findings, fail_on, fail_on_new):
     return [f for f in findings if failing(f, fail_on) and (not fail_on_new or f.get("baseline") == "new")]
 
 
+def host_fail_on(report, fail_on):
+    """The host's own fail_on (its policy, from group_vars or host_vars); fail_on for a report without one."""
+    return (report.get("policy") or {}).get("fail_on") or fail_on
+
+
 def digest(report, fail_on, fail_on_new=False, compared=False):
     """What the fleet files need from one host report, in a few hundred bytes: the report step
     keeps this for every host and no host's full report (fleet.py). compared: the findings carry
-    baseline marks (baseline.compare_host ran)."""
+    baseline marks (baseline.compare_host ran). The host is judged by its own fail_on."""
+    fail_on = host_fail_on(report, fail_on)
     findings = report["findings"]
     unwaived = [f for f in findings if not f["waived"]]
     by_severity, by_rule, metrics = dict((s, 0) for s in SEVERITIES), {}, {}
@@ -293,7 +299,8 @@ def digest(report, fail_on, fail_on_new=False, compared=False):
     probe_failed = section is not None and section["status"] in probe.FAILED
     return {
         "host": report["host"], "status": report["status"], "reason": report.get("reason"),
-        "row": {"host": report["host"], "status": report["status"], "worst": worst, "findings": len(unwaived),
+        "row": {"host": report["host"], "status": report["status"], "fail_on": fail_on, "worst": worst,
+                "findings": len(unwaived),
                 "failing": len(failing_), "new": new, "waived": len(findings) - len(unwaived), "errors": errors,
                 "probe": (section or {}).get("status")},
         "by_severity": by_severity, "by_rule": by_rule, "metrics": sorted(metrics.items()),
@@ -324,8 +331,10 @@ def verdict_of(digests, fail_on, unreachable_is_incomplete, fail_on_new=False):
     missing = [d for d in digests if d["status"] != "audited"]
     bad = [(d["host"], rule, severity) for d in audited for rule, severity in d["bad"]]
     kind = "new finding" if fail_on_new else "finding"
-    found = ("%d %s(s) at or above %s on %d host(s)" % (len(bad), kind, fail_on, len(set(b[0] for b in bad)))
-             if bad else "no unwaived %s at or above %s" % (kind, fail_on))
+    levels = set(d["row"]["fail_on"] for d in audited) or {fail_on}
+    level = levels.pop() if len(levels) == 1 else "each host's fail_on"
+    found = ("%d %s(s) at or above %s on %d host(s)" % (len(bad), kind, level, len(set(b[0] for b in bad)))
+             if bad else "no unwaived %s at or above %s" % (kind, level))
     if not audited:
         return "incomplete", "no host was audited" + ("" if not missing else ": " + _host_statuses(missing))
     if missing and unreachable_is_incomplete:

@@ -18,6 +18,7 @@ from . import reports, writers
 def test_point(report, digest, fail_on, fail_on_new):
     """The host's test line, and its YAML block when it is not ok."""
     number, name = digest["index"] + 1, reports.safe_name(report["host"])
+    fail_on = reports.host_fail_on(report, fail_on)  # the host is judged by its own policy
     if report["status"] != "audited":
         why = {"host": report["host"], "status": report["status"], "reason": report.get("reason")}
     else:

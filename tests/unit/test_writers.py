@@ -129,6 +129,9 @@ def test_the_role_passes_ext4_audit_formats_to_the_controller():
         assert specs[entry]["options"]["ext4_audit_formats"]["default"] == [writers.ALL], entry
     for task in ("prepare", "report"):  # the preflight checks the names, the report step writes them
         argv = yaml.safe_load(open(os.path.join(role, "tasks", task + ".yml")))
-        commands = [t["ansible.builtin.command"]["argv"] for t in argv if "ansible.builtin.command" in t]
+        # argv as a list, or built from list variables of the task (plus the site rule options)
+        commands = [value for t in argv if "ansible.builtin.command" in t
+                    for value in [t["ansible.builtin.command"]["argv"]] + list((t.get("vars") or {}).values())
+                    if isinstance(value, list)]
         assert any(c[c.index("--formats") + 1] == "{{ ext4_audit_formats_list }}" for c in commands
                    if "--formats" in c), task

@@ -1,0 +1,105 @@
+"""A host's policy: which rules run on it, the severities its site sets, and what fails it.
+
+The role's variables, as each host sees them (ordinary group_vars and host_vars, so one group
+can be stricter than the rest), are saved with the host's facts record
+(roles/ext4_audit/tasks/facts.yml), checked against the catalog before any host is contacted
+(`ext4audit check --policies`) and applied in the report step:
+
+    ext4_audit_rules_select: [data-safety, SITE_DATA_NOATIME]  # only these run; [] = every rule
+    ext4_audit_rules_skip: [EXT4_AUTO_DA_ALLOC_RENAME]        # never run; listed as skipped in the reports
+    ext4_audit_severity_overrides:                            # this site's severity, with its reason
+      EXT4_INODE_128: {severity: high, reason: "our backups need 256-byte inodes"}
+    ext4_audit_fail_on: medium                                # lowest unwaived severity that fails the host
+
+A rule is named by its id, its kind (data-safety, performance, operability) or one of its tags.
+A name that is none of these is an error: a typo would otherwise select or skip nothing.
+"""
+
+from . import SEVERITIES
+
+FIELDS = ("fail_on", "rules_select", "rules_skip", "severity_overrides")
+OVERRIDE_FIELDS = ("severity", "reason")
+
+
+class PolicyError(ValueError):
+    """A host's policy is not valid; the message names the host and the variable."""
+
+
+def names_of(rule):
+    """What ext4_audit_rules_select and ext4_audit_rules_skip may call a rule by."""
+    return {rule["id"], rule["kind"]} | set(rule["tags"])
+
+
+def make(doc, catalog, where, default_fail_on):
+    """One host's checked policy and its skipped rules (rule id -> why, in catalog order).
+
+    doc: the policy saved in its facts record; None (a record written before policies were
+    saved) means the defaults, with default_fail_on. where: the host, for error messages."""
+    doc = {} if doc is None else doc
+    if not isinstance(doc, dict) or set(doc) - set(FIELDS):
+        raise PolicyError("%s: the policy is a mapping of %s, got %r" % (where, ", ".join(FIELDS), doc))
+    fail_on = doc.get("fail_on", default_fail_on)
+    if fail_on not in SEVERITIES:
+        raise PolicyError("%s: ext4_audit_fail_on %r is not one of %s" % (where, fail_on, ", ".join(SEVERITIES)))
+    known = set().union(*(names_of(rule) for rule in catalog.rules))
+    select = _names(doc, "rules_select", where, known)
+    skip = _names(doc, "rules_skip", where, known)
+    overrides = doc.get("severity_overrides") or {}
+    if not isinstance(overrides, dict):
+        raise PolicyError("%s: ext4_audit_severity_overrides must map rule ids to {severity, reason}, got %r"
+                          % (where, overrides))
+    checked = {}
+    for rid, entry in overrides.items():
+        name = "%s: ext4_audit_severity_overrides.%s" % (where, rid)
+        if rid not in catalog.by_id:
+            raise PolicyError("%s: %r is not a rule id" % (name, rid))
+        if not isinstance(entry, dict) or set(entry) != set(OVERRIDE_FIELDS):
+            raise PolicyError("%s needs exactly severity and reason, got %r" % (name, entry))
+        if entry["severity"] not in SEVERITIES:
+            raise PolicyError("%s: severity %r is not one of %s" % (name, entry["severity"], ", ".join(SEVERITIES)))
+        if not isinstance(entry["reason"], str) or not entry["reason"].strip():
+            raise PolicyError("%s: reason is required (text: why this site rates the rule so; it is shown in "
+                              "every report)" % name)
+        checked[rid] = {"severity": entry["severity"], "reason": entry["reason"].strip()}
+    skipped = {}
+    for rule in catalog.rules:
+        names = names_of(rule)
+        if select and not names & set(select):
+            skipped[rule["id"]] = "not selected by ext4_audit_rules_select"
+        elif names & set(skip):
+            skipped[rule["id"]] = "ext4_audit_rules_skip: %s" % ", ".join(sorted(names & set(skip)))
+    return {"fail_on": fail_on, "rules_select": select, "rules_skip": skip, "severity_overrides": checked}, skipped
+
+
+def _names(doc, field, where, known):
+    value = doc.get(field) or []
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise PolicyError("%s: ext4_audit_%s must be a list of rule ids, kinds or tags, got %r" % (where, field, value))
+    for name in value:
+        if name not in known:
+            raise PolicyError("%s: ext4_audit_%s: %r is not a rule id, kind or tag of the catalog" % (where, field, name))
+    return value
+
+
+def override(findings, overrides):
+    """Give findings of overridden rules the site's severity, keeping the catalog's and the reason."""
+    for finding in findings:
+        entry = overrides.get(finding["rule"])
+        if entry:
+            finding["severity_override"] = {"from": finding["severity"], "reason": entry["reason"]}
+            finding["severity"] = entry["severity"]
+
+
+def describe(report):
+    """The host's policy in short lines of text (summary.md and report.html show them)."""
+    policy = report.get("policy")
+    if not policy:
+        return []
+    lines = ["fails at %s or above (ext4_audit_fail_on)" % policy["fail_on"]]
+    by_reason = {}
+    for item in report.get("skipped") or []:
+        by_reason.setdefault(item["reason"], []).append(item["rule"])
+    lines += ["skipped (%s): %s" % (reason, ", ".join(rules)) for reason, rules in by_reason.items()]
+    lines += ["severity of %s set to %s: %s" % (rid, entry["severity"], entry["reason"])
+              for rid, entry in sorted(policy["severity_overrides"].items())]
+    return lines
