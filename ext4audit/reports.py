@@ -261,6 +261,19 @@ def failing(finding, fail_on):
     return not finding["waived"] and severity_rank(finding["severity"]) >= severity_rank(fail_on)
 
 
+UNRESOLVED_NAMED = 3  # per host, under the end-of-run table; the host report has them all
+
+
+def unresolved(undetermined, errors):
+    """The first undetermined rules and read errors of a host, one short line each, for the table."""
+    lines = ["undetermined %s%s: missing %s" % (item.get("rule"), " on %s" % item["mountpoint"] if item.get("mountpoint")
+                                                else "", ", ".join(item.get("missing") or []))
+             for item in undetermined]
+    lines += ["read error (%s): %s" % (error.get("where"), error.get("reason")) for error in errors]
+    return [line[:160] for line in lines[:UNRESOLVED_NAMED]] + (
+        ["... %d more (host report)" % (len(lines) - UNRESOLVED_NAMED)] if len(lines) > UNRESOLVED_NAMED else [])
+
+
 def digest(report, fail_on, fail_on_new=False, compared=False):
     """What the fleet files need from one host report, in a few hundred bytes: the report step
     keeps this for every host and no host's full report (fleet.py). compared: the findings carry
@@ -281,15 +294,17 @@ def digest(report, fail_on, fail_on_new=False, compared=False):
     worst = max((f["severity"] for f in unwaived), key=severity_rank, default=None)
     new = sum(f.get("baseline") == "new" for f in unwaived) if compared else None
     expired = [dict(w, host=report["host"]) for w in report.get("expired_waivers") or []]
-    errors = len(report.get("errors") or [])
+    errors = report.get("errors") or []
+    undetermined = report.get("undetermined") or []
     probe_failed = section is not None and section["status"] in probe.FAILED
     return {
         "host": report["host"], "status": report["status"], "reason": report.get("reason"),
         "row": {"host": report["host"], "status": report["status"], "worst": worst, "findings": len(unwaived),
-                "failing": len(failing_), "new": new, "waived": len(findings) - len(unwaived), "errors": errors,
+                "failing": len(failing_), "new": new, "waived": len(findings) - len(unwaived), "errors": len(errors),
+                "undetermined": len(undetermined), "unresolved": unresolved(undetermined, errors),
                 "probe": (section or {}).get("status")},
         "by_severity": by_severity, "by_rule": by_rule, "metrics": sorted(metrics.items()),
-        "undetermined": len(report.get("undetermined") or []),
+        "undetermined": len(undetermined),
         "bad": [(f["rule"], f["severity"]) for f in fails_policy],
         "expired_waivers": expired,
         "probe": probe_overview(report["host"], section) if section else None,
@@ -623,23 +638,27 @@ def attention_order(h):
 
 
 def terminal_table(summary, limit=TABLE_ROWS):
-    """The end-of-run table (host, worst severity, findings, probe status), hosts not audited and
-    the worst first, then the baseline line and the verdict line. The verdict line is always last
-    (the playbook's failure message is that line)."""
+    """The end-of-run table (host, worst severity, findings, undetermined rules, read errors, probe
+    status), hosts not audited and the worst first, the undetermined rules and read errors named
+    under it, then the baseline line and the verdict line. The verdict line is always last (the
+    playbook's failure message is that line)."""
     hosts = sorted(summary["hosts"], key=attention_order)
-    rows = [("host", "worst", "findings", "probe")]
+    rows = [("host", "worst", "findings", "undetermined", "read errors", "probe")]
+    named = []
     for h in hosts[:limit]:
+        counts = (str(h.get("undetermined", "-")), str(h["errors"]))
         if h["status"] != "audited":
-            rows.append((h["host"], "not audited: " + h["status"], "-", h.get("probe") or "-"))
+            rows.append((h["host"], "not audited: " + h["status"], "-") + counts + (h.get("probe") or "-",))
             continue
         notes = ["%d failing" % h["failing"]] if h["failing"] else []
         notes += ["%d new" % h["new"]] if h.get("new") else []
         notes += ["%d waived" % h["waived"]] if h["waived"] else []
-        rows.append((h["host"], h["worst"] or "-", "%d%s" % (h["findings"], " (%s)" % ", ".join(notes) if notes else ""),
-                     h.get("probe") or "-"))
+        rows.append((h["host"], h["worst"] or "-", "%d%s" % (h["findings"], " (%s)" % ", ".join(notes) if notes else ""))
+                    + counts + (h.get("probe") or "-",))
+        named += ["  %s: %s" % (tty(h["host"]), tty(line)) for line in h.get("unresolved") or []]
     cells = [[tty(cell)[:40] for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(rows[0]))]
-    out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in cells]
+    out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in cells] + named
     if len(hosts) > limit:
         out.append("... %d more host(s) (all in %s)" % (len(hosts) - limit, "summary.md" if len(hosts) <= MD_HOSTS
                                                           else "summary.json and report.html"))
