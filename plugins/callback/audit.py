@@ -139,7 +139,7 @@ class CallbackModule(DefaultCallback):
         if isinstance(result.task, TaskInclude):
             return
         self._host(result, "changed" if result.result.get("changed") else None)
-        self._handle_warnings_and_exception(result)
+        self._handle_warnings(result.result)
         self._progress(result)
         if result.task.action in C._ACTION_DEBUG and "msg" in result.result:
             msg = result.result["msg"]
@@ -160,7 +160,7 @@ class CallbackModule(DefaultCallback):
         if self._full():
             return super(CallbackModule, self).v2_runner_on_failed(result, ignore_errors)
         self._host(result, None if ignore_errors else "failed")
-        self._handle_warnings_and_exception(result)
+        self._handle_warnings(result.result)  # the error itself is the FAILED line; -v shows its detail
         if ignore_errors:
             return
         self._say("FAILED %s (%s): %s" % (self.host_label(result), result.task.get_name().strip(),
