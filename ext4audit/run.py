@@ -52,7 +52,7 @@ def verdict_code(ansible_rc, exit_file):
     except (ValueError, TypeError, KeyError):
         return ERROR, "the report step's record %s is not {\"run_dir\": absolute path}" % exit_file
     try:
-        summary, _ = reports.read_complete_run(run_dir, "run folder")
+        summary = reports.read_complete_run(run_dir, "run folder")[0]
         return reports.EXIT_CODES[summary["verdict"]], None
     except (reports.ReportError, KeyError, TypeError) as exc:
         return ERROR, "no verdict: %s" % exc
