@@ -32,9 +32,10 @@ $(VENV)/.installed: requirements.txt requirements-controller.txt pyproject.toml
 collection: setup
 	$(VENV)/bin/ansible-galaxy collection build --force --output-path dist .
 
-# Main job: audit this machine with the embedded inventory (exit code is the gate's).
+# Main job: audit this machine with the embedded inventory. Through `ext4audit run` (ext4audit/run.py),
+# the exit code is the gate's: 0 pass, 1 policy failed, 2 incomplete or could not run.
 audit: setup
-	$(VENV)/bin/ansible-playbook playbooks/audit.yml $(ARGS)
+	$(VENV)/bin/ext4audit run -- playbooks/audit.yml $(ARGS)
 
 # Test VMs on real Debian kernels (testhosts/vm/README.md); qemu's recommends are large.
 # fdisk: sfdisk makes the partitioned images of the image pre-rollout check's tests.
@@ -120,7 +121,7 @@ fleet-down: setup
 vm-up: setup vm-deps
 	$(VENV)/bin/ansible-playbook playbooks/testhosts/vm_up.yml $(ARGS)
 vm-audit: setup
-	$(VENV)/bin/ansible-playbook -i .cache/testhosts/vm/run/inventory playbooks/audit.yml -e ext4_audit_become=false $(ARGS)
+	$(VENV)/bin/ext4audit run -- -i .cache/testhosts/vm/run/inventory playbooks/audit.yml -e ext4_audit_become=false $(ARGS)
 vm-down: setup
 	$(VENV)/bin/ansible-playbook playbooks/testhosts/vm_down.yml $(ARGS)
 

@@ -1,6 +1,6 @@
-"""Command line: `python -m ext4audit {report,gate,merge,kernel-gate,check,rules,plan}`.
+"""Command line: `python -m ext4audit {run,report,gate,merge,kernel-gate,check,rules,plan}`.
 
-Exit codes (report, gate and merge): 0 pass, 1 policy failed, 2 incomplete or could not run.
+Exit codes (run, report, gate and merge): 0 pass, 1 policy failed, 2 incomplete or could not run.
 A tool error is never a pass. check: 0 valid, 2 not. plan: 0 written, 2 could not.
 """
 
@@ -12,7 +12,7 @@ import sys
 import traceback
 
 from . import SEVERITIES, severity_rank, catalog as catalog_mod, kernel_gate, kernel_records, probe, reports, waivers as waivers_mod
-from . import baseline as baseline_mod, fleet, html, markdown, merge, policy as policy_mod, terminal, version, writers
+from . import baseline as baseline_mod, fleet, html, markdown, merge, policy as policy_mod, run as run_mod, terminal, version, writers
 
 
 _check, _list_of = fleet._check, fleet._list_of  # the checks of facts records, for host reports too
@@ -296,10 +296,15 @@ class _Version(argparse.Action):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:  # every argument after it is ansible-playbook's, options too
+        return run_mod.main(argv[1:])
     parser = argparse.ArgumentParser(prog="ext4audit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action=_Version, nargs=0, help="print the version and check the installed requirements")
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("run", help="run ansible-playbook (ext4audit run [--] PLAYBOOK ARGS...) and exit with the "
+                   "gate's code: 0 pass, 1 policy failed, 2 incomplete or could not run")
     for name, func in (("report", cmd_report), ("gate", cmd_gate), ("merge", cmd_merge)):
         p = sub.add_parser(name, help=func.__doc__.splitlines()[0] if func.__doc__ else
                            "evaluate a run folder's facts and write every report")

@@ -274,6 +274,19 @@ def host_fail_on(report, fail_on):
     return (report.get("policy") or {}).get("fail_on") or fail_on
 
 
+UNRESOLVED_NAMED = 3  # per host, under the end-of-run table; the host report has them all
+
+
+def unresolved(undetermined, errors):
+    """The first undetermined rules and read errors of a host, one short line each, for the table."""
+    lines = ["undetermined %s%s: missing %s" % (item.get("rule"), " on %s" % item["mountpoint"] if item.get("mountpoint")
+                                                else "", ", ".join(item.get("missing") or []))
+             for item in undetermined]
+    lines += ["read error (%s): %s" % (error.get("where"), error.get("reason")) for error in errors]
+    return [line[:160] for line in lines[:UNRESOLVED_NAMED]] + (
+        ["... %d more (host report)" % (len(lines) - UNRESOLVED_NAMED)] if len(lines) > UNRESOLVED_NAMED else [])
+
+
 def digest(report, fail_on, fail_on_new=False, compared=False):
     """What the fleet files need from one host report, in a few hundred bytes: the report step
     keeps this for every host and no host's full report (fleet.py). compared: the findings carry
@@ -295,16 +308,18 @@ def digest(report, fail_on, fail_on_new=False, compared=False):
     worst = max((f["severity"] for f in unwaived), key=severity_rank, default=None)
     new = sum(f.get("baseline") == "new" for f in unwaived) if compared else None
     expired = [dict(w, host=report["host"]) for w in report.get("expired_waivers") or []]
-    errors = len(report.get("errors") or [])
+    errors = report.get("errors") or []
+    undetermined = report.get("undetermined") or []
     probe_failed = section is not None and section["status"] in probe.FAILED
     return {
         "host": report["host"], "status": report["status"], "reason": report.get("reason"),
         "row": {"host": report["host"], "status": report["status"], "fail_on": fail_on, "worst": worst,
                 "findings": len(unwaived),
-                "failing": len(failing_), "new": new, "waived": len(findings) - len(unwaived), "errors": errors,
+                "failing": len(failing_), "new": new, "waived": len(findings) - len(unwaived), "errors": len(errors),
+                "undetermined": len(undetermined), "unresolved": unresolved(undetermined, errors),
                 "probe": (section or {}).get("status")},
         "by_severity": by_severity, "by_rule": by_rule, "metrics": sorted(metrics.items()),
-        "undetermined": len(report.get("undetermined") or []),
+        "undetermined": len(undetermined),
         "bad": [(f["rule"], f["severity"]) for f in fails_policy],
         "expired_waivers": expired,
         "probe": probe_overview(report["host"], section) if section else None,

@@ -13,23 +13,27 @@ def tty(value):
 
 
 def table(summary, limit=TABLE_ROWS):
-    """The end-of-run table (host, worst severity, findings, probe status), hosts not audited and
-    the worst first, then the baseline line and the verdict line. The verdict line is always last
-    (the playbook's failure message is that line)."""
+    """The end-of-run table (host, worst severity, findings, undetermined rules, read errors, probe
+    status), hosts not audited and the worst first, the undetermined rules and read errors named
+    under it, then the baseline line and the verdict line. The verdict line is always last (the
+    playbook's failure message is that line)."""
     hosts = sorted(summary["hosts"], key=reports.attention_order)
-    rows = [("host", "worst", "findings", "probe")]
+    rows = [("host", "worst", "findings", "undetermined", "read errors", "probe")]
+    named = []
     for h in hosts[:limit]:
+        counts = (str(h.get("undetermined", "-")), str(h["errors"]))
         if h["status"] != "audited":
-            rows.append((h["host"], "not audited: " + h["status"], "-", h.get("probe") or "-"))
+            rows.append((h["host"], "not audited: " + h["status"], "-") + counts + (h.get("probe") or "-",))
             continue
         notes = ["%d failing" % h["failing"]] if h["failing"] else []
         notes += ["%d new" % h["new"]] if h.get("new") else []
         notes += ["%d waived" % h["waived"]] if h["waived"] else []
-        rows.append((h["host"], h["worst"] or "-", "%d%s" % (h["findings"], " (%s)" % ", ".join(notes) if notes else ""),
-                     h.get("probe") or "-"))
+        rows.append((h["host"], h["worst"] or "-", "%d%s" % (h["findings"], " (%s)" % ", ".join(notes) if notes else ""))
+                    + counts + (h.get("probe") or "-",))
+        named += ["  %s: %s" % (tty(h["host"]), tty(line)) for line in h.get("unresolved") or []]
     cells = [[tty(cell)[:40] for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(rows[0]))]
-    out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in cells]
+    out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in cells] + named
     if len(hosts) > limit:
         out.append("... %d more host(s) (all in %s)" % (len(hosts) - limit, "summary.md" if len(hosts) <= markdown.MD_HOSTS
                                                           else "summary.json and report.html"))

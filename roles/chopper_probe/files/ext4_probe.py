@@ -1185,6 +1185,22 @@ def write_json_atomic(path, doc):
     os.replace(tmp, path)
 
 
+class Progress:
+    """Progress lines to stderr and, when the job names a file, appended to it line by line: the
+    playbook reads that file while the probe runs (Ansible returns an async job's stderr only at
+    its end). The file is in the playbook's own private temporary directory, beside job.json."""
+
+    def __init__(self, path):
+        self.fd = None if not path else os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+
+    def __call__(self, text):
+        line = "ext4_probe: " + text
+        print(line, file=sys.stderr, flush=True)
+        if self.fd is not None:
+            os.write(self.fd, (line + "\n").encode("utf-8", "replace"))
+
+
 def _interrupt(signum, _frame):
     raise Interrupted("signal %d" % signum)
 
@@ -1198,11 +1214,11 @@ def main(argv):
         except (OSError, ValueError, ProbeError) as exc:
             print("ext4_probe: cannot read the job: %s" % exc, file=sys.stderr)
             return 2
-        progress = lambda text: print("ext4_probe: " + text, file=sys.stderr, flush=True)  # noqa: E731
+        progress = Progress(job.get("progress_file"))
         try:
             result = run_job(job, progress)
         except Interrupted as exc:
-            print("ext4_probe: stopped by %s; scratch cleaned up" % exc, file=sys.stderr)
+            progress("stopped by %s; scratch cleaned up" % exc)
             return 3
         write_json_atomic(argv[2], result)
         progress("%s in %.1f s" % (result["status"], result["duration_s"]))

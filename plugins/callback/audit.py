@@ -1,0 +1,214 @@
+# -*- coding: utf-8 -*-
+# SPDX-License-Identifier: MIT
+"""Stdout callback: the audit's phases, the probe's live progress and the summary, in a few lines."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+name: audit
+type: stdout
+short_description: Short screen output for the ext4 fleet audit (Ansible's default output with -v)
+description:
+  - Without C(-v), prints one line per play and host when the play ends (the audit's phases, i.e.
+    prepare, facts, probe, report), each failure and unreachable host as it happens with its
+    message, the probe's progress lines as they come (the sweep with its rate and the time left,
+    each confirmation probe as it ends), the text of C(ansible.builtin.debug) tasks as plain lines
+    (the audit's summary table, verdict and report path), and Ansible's usual C(PLAY RECAP).
+  - With C(-v) or more, it is Ansible's C(default) callback, unchanged.
+  - The project's C(ansible.cfg) selects it (C(stdout_callback = ext4audit.fleet.audit)); elsewhere set
+    C(ANSIBLE_STDOUT_CALLBACK=ext4audit.fleet.audit).
+version_added: 1.1.0
+author:
+  - ext4 fleet audit maintainers (@ext4audit)
+extends_documentation_fragment:
+  - default_callback
+  - result_format_callback
+requirements:
+  - set as stdout callback in configuration
+"""
+
+import re
+import time
+
+from ansible import constants as C
+from ansible.playbook.task_include import TaskInclude
+from ansible.plugins.callback.default import CallbackModule as DefaultCallback
+
+PROGRESS_ACTIONS = ("ext4audit.fleet.ext4_probe_progress", "ext4_probe_progress")
+SWEEP = re.compile(r"^sweep (\d+)/(\d+) runs, ([0-9.]+) s$")
+
+
+def probe_line(text):
+    """A probe progress line for people: the sweep's rate and time left worked out from k/N and seconds."""
+    text = text[len("ext4_probe: "):] if text.startswith("ext4_probe: ") else text
+    match = SWEEP.match(text)
+    if match:
+        done, total, seconds = int(match.group(1)), int(match.group(2)), float(match.group(3))
+        if done and seconds > 0:
+            rate = done / seconds
+            return "sweep %d/%d runs, %.0f runs/s, %.0f s left" % (done, total, rate, (total - done) / rate)
+    return text
+
+
+class CallbackModule(DefaultCallback):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "stdout"
+    CALLBACK_NAME = "ext4audit.fleet.audit"
+
+    def __init__(self):
+        super(CallbackModule, self).__init__()
+        self._phase = None  # (play name, start time, {host: [tasks, state, last result time]})
+        self._printed = {}  # (host, task uuid) -> progress lines printed
+
+    def _full(self):
+        """-v and more: Ansible's own output."""
+        return self._display.verbosity > 0
+
+    def _say(self, text, color=None):
+        self._display.display(text, color=color)
+
+    def _host(self, result, state=None):
+        if self._phase is None:
+            return
+        entry = self._phase[2].setdefault(result.host.get_name(), [0, "ok", None])
+        entry[0] += 1
+        entry[2] = time.monotonic()
+        if state and entry[1] == "ok":
+            entry[1] = state
+
+    def _end_phase(self):
+        if self._phase is None:
+            return
+        name, started, hosts = self._phase
+        for host in sorted(hosts):
+            tasks, state, last = hosts[host]
+            self._say("%s: %s %s (%d tasks, %.1f s)" % (name, host, state, tasks, (last or started) - started),
+                      color=C.COLOR_OK if state == "ok" else C.COLOR_ERROR)
+        self._phase = None
+
+    def _progress(self, result):
+        """Print the probe's progress lines this task has not printed yet."""
+        if result.task.action not in PROGRESS_ACTIONS:
+            return
+        key = (result.host.get_name(), result.task._uuid)
+        lines = result.result.get("lines") or []
+        for line in lines[self._printed.get(key, 0):]:
+            self._say("  probe %s: %s" % (key[0], probe_line(line)))
+        self._printed[key] = len(lines)
+
+    # ------------------------------------------------------------------ plays and tasks
+    def v2_playbook_on_play_start(self, play):
+        if self._full():
+            return super(CallbackModule, self).v2_playbook_on_play_start(play)
+        self._end_phase()
+        self._play = play
+        self._phase = (play.get_name().strip(), time.monotonic(), {})
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        if self._full():
+            return super(CallbackModule, self).v2_playbook_on_task_start(task, is_conditional)
+
+    def v2_playbook_on_handler_task_start(self, task):
+        if self._full():
+            return super(CallbackModule, self).v2_playbook_on_handler_task_start(task)
+
+    def v2_playbook_on_include(self, included_file):
+        if self._full():
+            return super(CallbackModule, self).v2_playbook_on_include(included_file)
+
+    def v2_playbook_on_no_hosts_matched(self):
+        if self._full():
+            return super(CallbackModule, self).v2_playbook_on_no_hosts_matched()
+
+    def v2_playbook_on_no_hosts_remaining(self):
+        if self._full():
+            return super(CallbackModule, self).v2_playbook_on_no_hosts_remaining()
+        self._say("no hosts left to run on", color=C.COLOR_ERROR)
+
+    def v2_playbook_on_stats(self, stats):
+        if not self._full():
+            self._end_phase()
+        return super(CallbackModule, self).v2_playbook_on_stats(stats)
+
+    # ------------------------------------------------------------------ results
+    def v2_runner_on_ok(self, result):
+        if self._full():
+            return super(CallbackModule, self).v2_runner_on_ok(result)
+        if isinstance(result.task, TaskInclude):
+            return
+        self._host(result, "changed" if result.result.get("changed") else None)
+        self._handle_warnings(result.result)
+        self._progress(result)
+        if result.task.action in C._ACTION_DEBUG and "msg" in result.result:
+            msg = result.result["msg"]
+            for line in msg if isinstance(msg, list) else str(msg).splitlines():
+                self._say(str(line))
+
+    def v2_runner_retry(self, result):
+        if self._full():
+            return super(CallbackModule, self).v2_runner_retry(result)
+        self._progress(result)
+
+    def v2_runner_on_skipped(self, result):
+        if self._full():
+            return super(CallbackModule, self).v2_runner_on_skipped(result)
+        self._host(result)
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        if self._full():
+            return super(CallbackModule, self).v2_runner_on_failed(result, ignore_errors)
+        self._host(result, None if ignore_errors else "failed")
+        self._handle_warnings(result.result)  # the error itself is the FAILED line; -v shows its detail
+        if ignore_errors:
+            return
+        self._say("FAILED %s (%s): %s" % (self.host_label(result), result.task.get_name().strip(),
+                                          self._failure_text(result.result)), color=C.COLOR_ERROR)
+
+    def v2_runner_on_unreachable(self, result):
+        if self._full():
+            return super(CallbackModule, self).v2_runner_on_unreachable(result)
+        self._host(result, "unreachable")
+        self._say("UNREACHABLE %s (%s): %s" % (self.host_label(result), result.task.get_name().strip(),
+                                               self._failure_text(result.result)), color=C.COLOR_UNREACHABLE)
+
+    @staticmethod
+    def _failure_text(data):
+        """The message, and the tail of stderr when the message does not carry it."""
+        text = str(data.get("msg") or "").strip()
+        stderr = str(data.get("stderr") or data.get("module_stderr") or "").strip()
+        if stderr and stderr not in text:
+            text = "\n".join([text] + stderr.splitlines()[-5:]).strip()
+        return text or "failed without a message"
+
+    def v2_runner_item_on_ok(self, result):
+        if self._full():
+            return super(CallbackModule, self).v2_runner_item_on_ok(result)
+
+    def v2_runner_item_on_skipped(self, result):
+        if self._full():
+            return super(CallbackModule, self).v2_runner_item_on_skipped(result)
+
+    def v2_runner_item_on_failed(self, result):
+        if self._full():
+            return super(CallbackModule, self).v2_runner_item_on_failed(result)
+        self._say("FAILED %s (%s, item %s): %s" % (self.host_label(result), result.task.get_name().strip(),
+                                                   self._get_item_label(result.result),
+                                                   self._failure_text(result.result)), color=C.COLOR_ERROR)
+
+    def v2_runner_on_async_poll(self, result):
+        if self._full():
+            return super(CallbackModule, self).v2_runner_on_async_poll(result)
+
+    def v2_runner_on_async_ok(self, result):
+        if self._full():
+            return super(CallbackModule, self).v2_runner_on_async_ok(result)
+
+    def v2_runner_on_async_failed(self, result):
+        if self._full():
+            return super(CallbackModule, self).v2_runner_on_async_failed(result)
+
+    def v2_on_file_diff(self, result):
+        if self._full():
+            return super(CallbackModule, self).v2_on_file_diff(result)

@@ -1,0 +1,161 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# SPDX-License-Identifier: MIT
+"""Ansible module: the new progress lines of a running probe, and whether its async job ended."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: ext4_probe_progress
+short_description: Wait for the next progress line of a probe started as an async job
+description:
+  - Waits up to O(wait_s) seconds for the probe to append a line to its progress file or for its
+    async job to end, then returns every line of the file, so an C(until) loop around it shows the
+    probe's progress while it runs (Ansible gives an async job's output only at its end). The
+    stdout callback C(ext4audit.fleet.audit) prints the lines it has not printed yet.
+  - Returns as soon as the file has more lines than O(seen) (after at least O(min_wait_s)) or the
+    job has ended, so polling adds no waiting after the probe is done. Its action plugin sets
+    O(seen) to the number of lines the previous attempt of the same C(until) loop returned.
+  - Never changes anything; reads at most 64 KiB of progress and 4 KiB of the job file per call.
+options:
+  path:
+    description: The probe's progress file (named in its job as C(progress_file)).
+    type: path
+    required: true
+  seen:
+    description: Lines already returned; set by the action plugin from the previous attempt of the loop.
+    type: int
+    default: 0
+  results_file:
+    description: The async job's status file (C(results_file) of the task that started the probe).
+    type: path
+    required: true
+  wait_s:
+    description: Longest wait for something new, in seconds.
+    type: float
+    default: 5.0
+  min_wait_s:
+    description: Shortest wait while the job runs, in seconds, so that an C(until) loop makes at most
+      one call per O(min_wait_s) and its C(retries) bound a time.
+    type: float
+    default: 0.5
+attributes:
+  check_mode:
+    support: full
+    description: Runs under check mode and returns the same result.
+  action:
+    support: full
+    description: Its action plugin passes O(seen) from the previous attempt; the module runs on the host.
+  diff_mode:
+    support: none
+    description: Changes nothing, so there is no diff.
+notes:
+  - The chopper_probe role calls it; there is no use for it outside a probe run.
+author:
+  - ext4 fleet audit maintainers (@ext4audit)
+"""
+
+EXAMPLES = r"""
+- name: Follow the probe
+  ext4audit.fleet.ext4_probe_progress:
+    path: "{{ probe_tmp }}/progress.log"
+    results_file: "{{ probe_job.results_file }}"
+  register: probe_progress
+  until: probe_progress.finished
+  retries: 1200  # each call lasts at least min_wait_s while the job runs: 600 s
+  delay: 0
+"""
+
+RETURN = r"""
+lines:
+  description: Every complete line of the progress file so far (at most 64 KiB of them).
+  returned: always
+  type: list
+  elements: str
+  sample: ["ext4_probe: sweep 32/256 runs, 2.1 s"]
+finished:
+  description: Whether the async job has ended (its status file no longer says it is running).
+  returned: always
+  type: bool
+  sample: false
+"""
+
+import errno
+import json
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+PROGRESS_MAX = 64 * 1024
+JOB_FILE_MAX = 4096  # the "still running" record is tiny; a module's full result is what ends it
+POLL_S = 0.1
+
+
+def read_lines(path):
+    """The file's complete lines (its first 64 KiB); none when the probe has not made it yet."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return []
+        raise
+    try:
+        data = os.read(fd, PROGRESS_MAX)
+    finally:
+        os.close(fd)
+    return data[:data.rfind(b"\n") + 1].decode("utf-8", "replace").splitlines()
+
+
+def job_finished(results_file):
+    """Whether the async job ended: its status file is gone, or no longer the small running record."""
+    try:
+        fd = os.open(results_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return True  # async_status then says what became of it
+        raise
+    try:
+        data = os.read(fd, JOB_FILE_MAX + 1)
+    finally:
+        os.close(fd)
+    if len(data) > JOB_FILE_MAX:
+        return True
+    try:
+        record = json.loads(data.decode("utf-8", "replace"))
+    except ValueError:
+        return True
+    return not (isinstance(record, dict) and record.get("started") and not record.get("finished"))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            seen=dict(type="int", default=0),
+            results_file=dict(type="path", required=True),
+            wait_s=dict(type="float", default=5.0),
+            min_wait_s=dict(type="float", default=0.5),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    started = time.monotonic()
+    try:
+        while True:
+            finished = job_finished(params["results_file"])
+            lines = read_lines(params["path"])  # after the check: a finished job's last lines come too
+            waited = time.monotonic() - started
+            if finished or waited >= params["wait_s"] or (len(lines) != params["seen"] and waited >= params["min_wait_s"]):
+                break
+            time.sleep(POLL_S)
+    except OSError as exc:
+        module.fail_json(msg="cannot read the probe's progress: %s" % exc)
+    module.exit_json(changed=False, lines=lines, finished=finished)
+
+
+if __name__ == "__main__":
+    main()
