@@ -42,7 +42,7 @@ def build(scratch, disk_size, used_ratio, layout, options):
     out = subprocess.run(["dumpe2fs", image], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                          universal_newlines=True, check=True).stdout
     os.unlink(image)
-    return seconds, [line.strip() for line in out.splitlines() if line.strip().startswith("Free blocks: ")]
+    return seconds, [line.strip() for line in out.splitlines() if line.strip().startswith("Free blocks:")]
 
 
 def main():
