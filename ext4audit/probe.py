@@ -173,12 +173,24 @@ def level_label(factor, value):
 
 
 # ------------------------------------------------------------------ the plan
-def make_plan(seed=DEFAULT_SEED, runs=DEFAULT_RUNS, level_set="short"):
-    """A seeded Latin hypercube plan: the same seed, runs and level set give the same plan (with
-    the pinned scipy). Each row of the unit hypercube becomes a treatment by Chopper's
-    pick_by_level: level index = floor(u * n), clamped to n - 1."""
-    from scipy.stats import qmc  # slow to import; only plans need it
+def lhs_centres(seed, runs, dims):
+    """scipy.stats.qmc.LatinHypercube(d=dims, scramble=False, rng=seed).random(runs), the same
+    numbers drawn the same way, without importing scipy (0.6 s of every `make audit`). As scipy
+    1.17 does: the engine's Generator is the first child spawned from default_rng(seed)'s seed
+    sequence; each dimension's stratum order is shuffled in turn; unscrambled, each point sits
+    at the centre of its stratum (stratum k of n is [(k-1)/n, k/n))."""
+    rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
+    strata = np.tile(np.arange(1, runs + 1), (dims, 1))
+    for row in strata:
+        rng.shuffle(row)
+    return (strata.T - 0.5) / runs
 
+
+def make_plan(seed=DEFAULT_SEED, runs=DEFAULT_RUNS, level_set="short"):
+    """A seeded Latin hypercube plan: the same seed, runs and level set give the same plan,
+    byte for byte the one scipy's unscrambled LatinHypercube gave (tests/unit/test_probe_controller.py).
+    Each row of the unit hypercube becomes a treatment by Chopper's pick_by_level:
+    level index = floor(u * n), clamped to n - 1."""
     if not _is_int(seed) or seed < 0:
         raise ProbeError("seed must be a non-negative integer, got %r" % (seed,))
     if not _is_int(runs) or runs < 1:
@@ -188,10 +200,10 @@ def make_plan(seed=DEFAULT_SEED, runs=DEFAULT_RUNS, level_set="short"):
         if len(values) > MAX_LISTED_LEVELS:
             raise ProbeError("%s has %d levels in level set %s: too many to list in a plan"
                              % (name, len(values), level_set))
-    # scramble=False puts each point at the centre of its stratum. With the floor mapping every
+    # Unscrambled, each point is at the centre of its stratum. With the floor mapping every
     # level then gets floor(runs/n) or ceil(runs/n) runs; random positions inside the strata
     # (Chopper's randomLHS) move points across level edges: counts up to 3 apart at 256 runs.
-    sample = qmc.LatinHypercube(d=len(factors), scramble=False, rng=seed).random(runs)
+    sample = lhs_centres(seed, runs, len(factors))
     treatments = []
     for number, row in enumerate(sample):
         treatment = {"id": number}

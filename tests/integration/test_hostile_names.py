@@ -121,7 +121,7 @@ def test_hostile_names_are_audited_escaped_and_never_run(loopfs, tmp_path, signa
         "playbooks/audit.yml", "-e", "ext4_audit_reports_dir=%s" % reports_dir,
         "-e", "ext4_audit_fstab_path=%s" % fstab, "-e", "ext4_audit_fail_on=critical",
         "-e", "chopper_probe_scratch_dir=/dev/shm/ext4-audit-probe-hostile-%d" % os.getpid(),
-        "-e", "chopper_probe_poll_s=1", "-e", "chopper_probe_runs=16",
+        "-e", "chopper_probe_poll_s=1", "-e", "chopper_probe_runs=16", "-e", "chopper_probe_keep_cache=false",
         "-e", "@%s" % extra)
     assert rc == 0, out[-8000:]
     assert signals == [], "a name's command ran (it sent its signal): %s" % signals

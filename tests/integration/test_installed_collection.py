@@ -70,6 +70,7 @@ def write_inventory(folder, mountpoint, scratch_dir):
         "chopper_probe_enabled": True,
         "chopper_probe_mountpoint": mountpoint,
         "chopper_probe_scratch_dir": scratch_dir,
+        "chopper_probe_keep_cache": False,
         "chopper_probe_runs": 8,
         "chopper_probe_sweep_budget_s": 20,
         "chopper_probe_confirm_budget_s": 20,

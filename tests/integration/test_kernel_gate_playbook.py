@@ -20,7 +20,8 @@ def gate_inventory(loopfs, tmp_path):
     for name, options in (("baseline", []), ("same", []), ("risky", ["data=ordered", "delalloc", "stripe=4096"])):
         hosts[name] = {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
                        "chopper_probe_scratch_dir": "/dev/shm/ext4-audit-gate-%s-%d" % (name, os.getpid()),
-                       "chopper_probe_mountpoint": target["mountpoint"], "chopper_probe_mount_options": options}
+                       "chopper_probe_mountpoint": target["mountpoint"], "chopper_probe_mount_options": options,
+                       "chopper_probe_keep_cache": False}
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(json.dumps({"all": {"hosts": hosts, "vars": {
         "ext4_audit_become": False, "chopper_probe_runs": 128, "chopper_probe_confirmations": [],

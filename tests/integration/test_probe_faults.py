@@ -249,7 +249,7 @@ def test_scratch_full_through_the_playbook_audit_completes_and_reports_it(loopfs
     proc = subprocess.run(
         [os.path.join(VENV_BIN, "ansible-playbook"), "playbooks/audit.yml", "-e", "ext4_audit_reports_dir=%s" % reports,
          "-e", "ext4_audit_fail_on=critical", "-e", "chopper_probe_poll_s=1",
-         "-e", "chopper_probe_scratch_dir=%s" % scratch_dir, "-e", "chopper_probe_scratch_cap_mib=8",
+         "-e", "chopper_probe_scratch_dir=%s" % scratch_dir, "-e", "chopper_probe_scratch_cap_mib=8", "-e", "chopper_probe_keep_cache=false",
          "-e", "chopper_probe_mountpoint=%s" % target["mountpoint"],
          "-e", '{"chopper_probe_confirmations": ["rename_over_existing"]}'],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -20,6 +20,7 @@ pytestmark = needs_root
 def playbook_argv(reports, scratch_dir, *extra, playbook="audit.yml"):
     return [os.path.join(VENV_BIN, "ansible-playbook"), "playbooks/" + playbook,
             "-e", "ext4_audit_reports_dir=%s" % reports, "-e", "chopper_probe_scratch_dir=%s" % scratch_dir,
+            "-e", "chopper_probe_keep_cache=false",  # nothing may be left behind
             "-e", "ext4_audit_fail_on=critical", "-e", "chopper_probe_poll_s=1"] + list(extra)
 
 

@@ -549,27 +549,48 @@ def run_tool(argv, what):
         raise ProbeError("%s failed (exit %d): %s" % (what, proc.returncode, proc.stdout.strip()[-500:]))
 
 
+def data_segments(fd, size):
+    """(start, end) of each data segment of a sparse file (SEEK_DATA/SEEK_HOLE)."""
+    offset = 0
+    while offset < size:
+        try:
+            data = os.lseek(fd, offset, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no more data
+                return
+            raise
+        offset = os.lseek(fd, data, os.SEEK_HOLE)
+        yield data, offset
+
+
 def copy_sparse(source, target):
-    """Copy only the data segments (SEEK_DATA/SEEK_HOLE): a fresh sparse copy in milliseconds."""
+    """Copy only the data segments: a fresh sparse copy in milliseconds."""
     with open(source, "rb") as src, open(target, "wb") as dst:
         size = os.fstat(src.fileno()).st_size
         os.ftruncate(dst.fileno(), size)
-        offset = 0
-        while offset < size:
-            try:
-                data = os.lseek(src.fileno(), offset, os.SEEK_DATA)
-            except OSError as exc:
-                if exc.errno == errno.ENXIO:  # no more data
-                    break
-                raise
-            hole = os.lseek(src.fileno(), data, os.SEEK_HOLE)
-            todo, pos = hole - data, data
+        for start, end in data_segments(src.fileno(), size):
+            todo, pos = end - start, start
             while todo:
                 done = os.copy_file_range(src.fileno(), dst.fileno(), todo, pos, pos)
                 if done == 0:
                     raise ProbeError("short copy of %s" % source)
                 todo, pos = todo - done, pos + done
-            offset = hole
+
+
+def content_digest(fd):
+    """sha256 of a sparse file: its size, and each data segment's place and bytes."""
+    digest = hashlib.sha256()
+    size = os.fstat(fd).st_size
+    digest.update(b"%d\n" % size)
+    for start, end in data_segments(fd, size):
+        digest.update(b"%d-%d\n" % (start, end))
+        while start < end:
+            chunk = os.pread(fd, min(4 * MiB, end - start), start)
+            if not chunk:
+                raise ProbeError("short read of a cached image")
+            digest.update(chunk)
+            start += len(chunk)
+    return digest.hexdigest()
 
 
 class Mounted:
@@ -671,41 +692,186 @@ def fragment(mountpoint, layout, block_size):
             "median_hole_bytes": holes[len(holes) // 2] * block_size if holes else 0}
 
 
+CACHE_FORMAT = 1  # what a cache entry is; raise it when that changes
+CACHE_RECORD_MAX = 64 * 1024  # an entry's record is a few hundred bytes
+
+
+def build_environment():
+    """What shapes a pristine image besides its own settings: the kernel whose allocator
+    fragments it, the mke2fs that makes it, and this code (hole sizes, mkfs arguments)."""
+    uname = os.uname()
+    mke2fs = subprocess.run(["mke2fs", "-V"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30,
+                            env=dict(os.environ, LC_ALL="C"), universal_newlines=True)
+    with open(os.path.abspath(__file__), "rb") as handle:
+        code = hashlib.sha256(handle.read()).hexdigest()
+    return {"format": CACHE_FORMAT, "kernel": [uname.release, uname.version, uname.machine],
+            "mke2fs": mke2fs.stdout.strip()[:200], "probe": code}
+
+
+def build_options(options):
+    """The mount options an image is built under: the host's, without `discard`. A discard
+    per punched hole made building the replica of a discard-mounted filesystem 4.6x slower,
+    and the free space it leaves is the same block for block (tests/integration/test_probe.py);
+    the runs themselves keep every option."""
+    return [o for o in options if o != "discard"]
+
+
 class Images:
-    """Pristine images, one per (DiskSize, UsedRatio, FreeSpaceLayout, mkfs settings)."""
+    """Pristine images, one per (DiskSize, UsedRatio, FreeSpaceLayout, mkfs settings), in the
+    scratch directory's cache/ (kept across runs with keep_cache).
+
+    An entry is named by the digest of everything that shapes it (its settings, the build's
+    mount options, build_environment()), and holds the image (NAME.img) and its record
+    (NAME.json: those inputs, the image's content digest, its free-space layout). It is used
+    only after it checks out, once per run: a regular file of root's with mode 0600 and one
+    link, of the size asked for, with the inputs and the content recorded when it was built.
+    Anything else there is removed (by descriptor, inside the probe's own directory) and
+    rebuilt, and `rejected` says why. The checked image stays open; the runs copy it through
+    that descriptor, so what was checked is what they copy."""
 
     def __init__(self, scratch, mkfs, options):
         self.scratch, self.mkfs, self.options = scratch, mkfs, options
-        self.layouts = {}
-        self.built, self.seconds = 0, 0.0
+        self.cache_fd = os.open("cache", DIRECTORY, dir_fd=scratch.fd)
+        self.environment = build_environment()
+        self.held = {}  # entry name -> the checked image's open descriptor
+        self.layouts, self.rejected = {}, []
+        self.built, self.reused, self.seconds = 0, 0, 0.0
 
     def get(self, disk_size, used_ratio, layout, mkfs=None):
         mkfs = mkfs or self.mkfs
-        key = hashlib.sha1(json.dumps([disk_size, used_ratio, layout, mkfs], sort_keys=True).encode()).hexdigest()[:16]
-        path = self.scratch.path("cache", key + ".img")
-        if os.path.exists(path):
-            return path
-        start = now()
-        tmp = path + ".new"
-        with open(tmp, "wb") as handle:
-            handle.truncate(disk_size)
-        run_tool(mkfs_argv(mkfs, disk_size, tmp), "mke2fs")
-        if used_ratio or layout != 6:
-            with Mounted(tmp, self.scratch.path("mnt", "build"), self.options) as mnt:
-                if used_ratio:
-                    fd = os.open(os.path.join(mnt.target, "placeholder"), os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600)
-                    try:
-                        os.posix_fallocate(fd, 0, int(disk_size * used_ratio) // mkfs["block_size"] * mkfs["block_size"])
-                    finally:
-                        os.close(fd)
-                if layout != 6:
-                    self.layouts["%d/%g/%d" % (disk_size, used_ratio, layout)] = fragment(
-                        mnt.target, layout, mkfs["block_size"])
-        os.rename(tmp, path)
-        self.built += 1
-        self.seconds += now() - start
+        options = build_options(self.options)
+        inputs = dict(self.environment, disk_size=disk_size, used_ratio=used_ratio, layout=layout, mkfs=mkfs,
+                      options=options)
+        name = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:32]
+        if name not in self.held:
+            start = now()
+            fd, record = self._checked(name, inputs)
+            if fd is None:
+                fd, record = self._build(name, inputs, disk_size, used_ratio, layout, mkfs, options)
+                self.built += 1
+            else:
+                self.reused += 1
+            self.held[name] = fd
+            if record["layout"]:
+                self.layouts["%d/%g/%d" % (disk_size, used_ratio, layout)] = record["layout"]
+            self.seconds += now() - start
+        return "/proc/%d/fd/%d" % (os.getpid(), self.held[name])
+
+    def _checked(self, name, inputs):
+        """(open image, its record) if the entry is there and checks out, else (None, None)."""
+        try:
+            fd = os.open(name + ".img", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self.cache_fd)
+        except FileNotFoundError:
+            self._remove(name)  # a record without its image
+            return None, None
+        except OSError as exc:  # ELOOP: a symbolic link
+            self._reject(name, "cannot be opened without following a link (%s)" % exc.strerror)
+            return None, None
+        try:
+            record, why = self._record(name), self._foreign(fd, inputs["disk_size"])
+            if not why and (record is None or record.get("inputs") != inputs):
+                why = "its record is missing or names other build inputs"
+            if not why and record.get("digest") != content_digest(fd):
+                why = "its content is not what was built (the digest recorded at build time differs)"
+        except BaseException:
+            os.close(fd)
+            raise
+        if why:
+            os.close(fd)
+            self._reject(name, why)
+            return None, None
+        return fd, record
+
+    @staticmethod
+    def _foreign(fd, size):
+        """Why an open cache file is not one the probe made, or None."""
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "not a regular file"
+        if st.st_uid != 0 or stat.S_IMODE(st.st_mode) != 0o600 or st.st_nlink != 1:
+            return "owned by uid %d with mode %04o and %d links (the probe makes its own as root, 0600, one link)" % (
+                st.st_uid, stat.S_IMODE(st.st_mode), st.st_nlink)
+        if size is not None and st.st_size != size:
+            return "%d bytes, not %d" % (st.st_size, size)
+        return None
+
+    def _record(self, name):
+        try:
+            fd = os.open(name + ".json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self.cache_fd)
+        except OSError:
+            return None
+        try:
+            if self._foreign(fd, None):
+                return None
+            text = os.read(fd, CACHE_RECORD_MAX + 1)
+        finally:
+            os.close(fd)
+        try:
+            record = json.loads(text.decode("utf-8")) if len(text) <= CACHE_RECORD_MAX else None
+        except ValueError:
+            return None
+        return record if isinstance(record, dict) else None
+
+    def _reject(self, name, why):
+        self.rejected.append("cache/%s.img: %s; rebuilt" % (name, why))
+        self._remove(name)
+
+    def _remove(self, name):
+        for suffix in (".img", ".json", ".img.new", ".json.new"):
+            remove_tree(self.cache_fd, name + suffix)
+
+    def _build(self, name, inputs, disk_size, used_ratio, layout, mkfs, options):
+        self._remove(name)
+        fd = os.open(name + ".img.new", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                     dir_fd=self.cache_fd)
+        try:
+            os.fchmod(fd, 0o600)  # whatever the umask
+            os.ftruncate(fd, disk_size)
+            run_tool(mkfs_argv(mkfs, disk_size, self.scratch.path("cache", name + ".img.new")), "mke2fs")
+            record = {"inputs": inputs, "layout": None}
+            if used_ratio or layout != 6:
+                with Mounted(self.scratch.path("cache", name + ".img.new"), self.scratch.path("mnt", "build"),
+                             options) as mnt:
+                    if used_ratio:
+                        placeholder = os.open(os.path.join(mnt.target, "placeholder"),
+                                              os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+                        try:
+                            os.posix_fallocate(placeholder, 0, int(disk_size * used_ratio) // mkfs["block_size"]
+                                               * mkfs["block_size"])
+                        finally:
+                            os.close(placeholder)
+                    if layout != 6:
+                        record["layout"] = fragment(mnt.target, layout, mkfs["block_size"])
+            record["digest"] = content_digest(fd)
+            text = json.dumps(record, sort_keys=True).encode()
+            out = os.open(name + ".json.new", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                          0o600, dir_fd=self.cache_fd)
+            try:
+                os.fchmod(out, 0o600)
+                os.write(out, text)
+            finally:
+                os.close(out)
+            # the record first: an image in place always has one (a killed build leaves .new files)
+            os.rename(name + ".json.new", name + ".json", src_dir_fd=self.cache_fd, dst_dir_fd=self.cache_fd)
+            os.rename(name + ".img.new", name + ".img", src_dir_fd=self.cache_fd, dst_dir_fd=self.cache_fd)
+        except BaseException:
+            os.close(fd)
+            raise
         self.scratch.check_cap()
-        return path
+        return fd, record
+
+    def prune(self):
+        """Remove the entries this run did not use (other settings, another kernel or code):
+        the cache holds what the last run needed, no more."""
+        kept = set(name + suffix for name in self.held for suffix in (".img", ".json"))
+        for entry in os.listdir(self.cache_fd):
+            if entry not in kept:
+                remove_tree(self.cache_fd, entry)
+
+    def close(self):
+        for fd in list(self.held.values()) + [self.cache_fd]:
+            os.close(fd)
+        self.held = {}
 
 
 # ------------------------------------------------------------------ extents (FIEMAP)
@@ -777,42 +943,42 @@ def play(mountpoint, treatment, cpus, log=None):
     and syncs the scratch filesystem (syncfs, not the whole machine). `log`, if a list, gets
     every file operation in order (the tests check them against Chopper's semantics)."""
     record = log.append if log is not None else (lambda op: None)
-    for node in range(3, 31):
-        os.mkdir(os.path.join(mountpoint, tree_path(node)))
-    paths = [os.path.join(mountpoint, tree_path(d), "%d.file" % i)
+    # Every file operation is relative to the mount's root, opened once: the mount point's path
+    # goes through /proc/<pid>/fd (Scratch.path), which costs a lookup per use.
+    root = os.open(mountpoint, DIRECTORY)
+    names = [os.path.join(tree_path(d), "%d.file" % i)
              for i, d in enumerate(file_dirs(treatment["FileCount"], treatment["DirectorySpan"]))]
     fsync_bits, sync_bits = treatment["Fsync"], treatment["Sync"]
     previous = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cpus[:treatment["CPUCount"]])
-    fds = dict.fromkeys(paths)
+    fds = dict.fromkeys(names)
     try:
+        for node in range(3, 31):
+            os.mkdir(tree_path(node), dir_fd=root)
+        os.sched_setaffinity(0, cpus[:treatment["CPUCount"]])
         for writes in write_plan(treatment):
             for k, (offset, length) in enumerate(writes):
-                for i, path in enumerate(paths):
-                    if fds[path] is None:
-                        fds[path] = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+                for i, name in enumerate(names):
+                    if fds[name] is None:
+                        fds[name] = os.open(name, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644, dir_fd=root)
                         record(("open", i))
-                    os.pwrite(fds[path], PAYLOAD[:length], offset)
+                    os.pwrite(fds[name], PAYLOAD[:length], offset)
                     record(("write", i, offset, length))
                     if fsync_bits[k]:
-                        os.fsync(fds[path])
+                        os.fsync(fds[name])
                         record(("fsync", i))
                     if sync_bits[k]:
-                        os.close(fds[path])
-                        fds[path] = None
+                        os.close(fds[name])
+                        fds[name] = None
                         record(("close", i))
-                        dirfd = os.open(mountpoint, os.O_RDONLY | os.O_CLOEXEC)
-                        try:
-                            syncfs(dirfd)
-                        finally:
-                            os.close(dirfd)
+                        syncfs(root)
                         record(("syncfs",))
     finally:
         for fd in fds.values():
             if fd is not None:
                 os.close(fd)
         os.sched_setaffinity(0, previous)
-    return paths
+        os.close(root)
+    return [os.path.join(mountpoint, name) for name in names]
 
 
 def measure_run(paths, block_size, file_size):
@@ -861,7 +1027,8 @@ def sweep(scratch, images, plan, deadline, progress):
         if number % 32 == 0 or number == len(treatments):
             progress("sweep %d/%d runs, %.1f s" % (number, len(treatments), now() - started))
     return {"planned": len(treatments), "completed": len(runs), "stopped_by": stopped_by,
-            "images_built": images.built, "images_seconds": round(images.seconds, 3),
+            "images_built": images.built, "images_reused": images.reused, "cache_rejected": images.rejected,
+            "images_seconds": round(images.seconds, 3),
             "runs_seconds": round(now() - started - images.seconds, 3), "layouts": images.layouts,
             "runs": runs, "errors": errors}
 
@@ -1115,6 +1282,28 @@ def load_job(path):
     return job
 
 
+def probe_with(result, scratch, images, job, mkfs, options, adjustments, started, progress):
+    """The replica's mount options (those this kernel takes, tried on a copy so the cached image
+    stays as built), the sweep and the confirmation probes, into the result as they are done."""
+    check_image = scratch.path("runs", "check.img")
+    copy_sparse(images.get(256 * MiB, 0, 6), check_image)
+    try:
+        options, dropped = mountable_options(check_image, scratch.path("mnt", "check"), options)
+    finally:
+        os.unlink(check_image)
+    images.options = options
+    if dropped:
+        adjustments.append("options this kernel refused on the scratch mount: " + ",".join(dropped))
+    result["replica"] = {"mkfs_args": mkfs_argv(mkfs, 256 * MiB, "IMAGE")[:-2],
+                         "mount_options": ",".join(options), "adjustments": adjustments}
+    if job.get("plan"):
+        result["sweep"] = sweep(scratch, images, job["plan"], started + float(job.get("sweep_budget_s", 30)), progress)
+    confirm_deadline = now() + float(job.get("confirm_budget_s", 30))
+    confirmations = Confirmations(scratch, images, job.get("netfs") or [],
+                                  int(job.get("repetitions", 5)), confirm_deadline)
+    result["confirmations"] = confirmations.run(job.get("confirmations") or [], progress)
+
+
 def run_job(job, progress):
     started_wall, started = time.time(), now()
     result = {"schema": RESULT_SCHEMA, "status": "error", "reason": None, "kernel": os.uname().release,
@@ -1137,19 +1326,12 @@ def run_job(job, progress):
                                    "smallest)" % (mkfs["journal_bytes"] // MiB, smallest_disk // 8 // MiB))
             options = options + ["noinit_itable"]  # no background zeroing of the scratch inode tables
             images = Images(scratch, mkfs, options)
-            probe_image = images.get(256 * MiB, 0, 6)
-            options, dropped = mountable_options(probe_image, scratch.path("mnt", "check"), options)
-            images.options = options
-            if dropped:
-                adjustments.append("options this kernel refused on the scratch mount: " + ",".join(dropped))
-            result["replica"] = {"mkfs_args": mkfs_argv(mkfs, 256 * MiB, "IMAGE")[:-2],
-                                 "mount_options": ",".join(options), "adjustments": adjustments}
-            if job.get("plan"):
-                result["sweep"] = sweep(scratch, images, job["plan"], started + float(job.get("sweep_budget_s", 30)), progress)
-            confirm_deadline = now() + float(job.get("confirm_budget_s", 30))
-            confirmations = Confirmations(scratch, images, job.get("netfs") or [],
-                                          int(job.get("repetitions", 5)), confirm_deadline)
-            result["confirmations"] = confirmations.run(job.get("confirmations") or [], progress)
+            try:
+                probe_with(result, scratch, images, job, mkfs, options, adjustments, started, progress)
+                if scratch.keep_cache:
+                    images.prune()
+            finally:
+                images.close()
             scratch.used()
         sweep_done = result["sweep"] is None or result["sweep"]["stopped_by"] is None
         result["status"] = "ok" if sweep_done else "partial"

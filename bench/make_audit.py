@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Benchmark: `make audit` on the local inventory (this machine, probe on), with a per-task timer.
+
+    sudo .venv/bin/python bench/make_audit.py [--tree DIR ...] [--repeat 5] [--cold]
+
+Runs `ansible-playbook playbooks/audit.yml` in each checkout given (default: this one; give
+several to alternate old and new code run by run), with that checkout's `ext4audit` package
+first on PYTHONPATH and its own probe scratch directory, under the shared heavy lock (per run, or --lock-held when the caller holds it). --cold removes the probe's scratch directory
+(its image cache) before each run. Prints one Markdown row per run: wall time, load average at
+the start, and the slowest tasks (bench/callback_plugins/task_timer.py). The audit's exit code
+is the gate's verdict (0 pass, 1 fail); anything else is an error.
+"""
+
+import argparse
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LOCK = "/tmp/ext4audit-heavy.lock"
+
+
+def scratch_dir(tree):
+    """Each checkout's own probe directory, so alternating old and new code keeps each one's cache."""
+    return "/dev/shm/ext4-audit-probe-bench-" + os.path.basename(tree)
+
+
+def forget_cache(tree, locked):
+    if os.path.exists(scratch_dir(tree)):
+        probe = os.path.join(tree, "roles", "chopper_probe", "files", "ext4_probe.py")
+        subprocess.run(locked + [sys.executable, probe, "sweep-stale", scratch_dir(tree)], check=True)
+        subprocess.run(locked + ["rm", "-rf", "--one-file-system", scratch_dir(tree)], check=True)
+
+
+def one(tree, cold, locked):
+    if cold:
+        forget_cache(tree, locked)
+    timer = tempfile.NamedTemporaryFile(prefix="task-timer-", suffix=".jsonl", delete=False)
+    timer.close()
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(tree, "ansible.cfg"), PYTHONPATH=tree,
+               ANSIBLE_CALLBACK_PLUGINS=os.path.join(ROOT, "bench", "callback_plugins"),
+               ANSIBLE_CALLBACKS_ENABLED="task_timer", TASK_TIMER_OUT=timer.name)
+    load = os.getloadavg()
+    start = time.perf_counter()
+    proc = subprocess.run(locked + [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "playbooks/audit.yml",
+                                     "-e", "chopper_probe_scratch_dir=" + scratch_dir(tree)], cwd=tree, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, universal_newlines=True)
+    wall = time.perf_counter() - start
+    if proc.returncode not in (0, 1):
+        sys.exit("audit failed (exit %d):\n%s" % (proc.returncode, proc.stdout[-3000:]))
+    tasks = collections.Counter()
+    with open(timer.name) as handle:
+        for line in handle:
+            entry = json.loads(line)
+            tasks[entry["task"]] += entry["s"]
+    os.unlink(timer.name)
+    return wall, load, tasks
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tree", action="append", help="checkout to run (repeat to alternate); default: this one")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--cold", action="store_true", help="remove the probe's image cache before each run")
+    parser.add_argument("--top", type=int, default=6, help="slowest tasks to list per run")
+    parser.add_argument("--lock-held", action="store_true", help="the caller holds the heavy lock for the whole series")
+    args = parser.parse_args()
+    locked = [] if args.lock_held else ["flock", LOCK]
+    trees = [os.path.abspath(t) for t in args.tree or [ROOT]]
+    print("| tree | cache | wall s | load (1, 5, 15 min) | slowest tasks s |")
+    print("|---|---|---|---|---|")
+    walls = collections.defaultdict(list)
+    for _ in range(args.repeat):
+        for tree in trees:
+            wall, load, tasks = one(tree, args.cold, locked)
+            walls[tree].append(wall)
+            top = "; ".join("%s %.2f" % (name, s) for name, s in tasks.most_common(args.top))
+            print("| %s | %s | %.2f | %.2f, %.2f, %.2f | %s |" % (
+                os.path.basename(tree), "cold" if args.cold else "as left", wall, load[0], load[1], load[2], top),
+                flush=True)
+    for tree in trees:
+        ordered = sorted(walls[tree])
+        print("%s: median %.2f s (min %.2f, max %.2f, %d runs)" % (
+            tree, ordered[len(ordered) // 2], ordered[0], ordered[-1], len(ordered)))
+
+
+if __name__ == "__main__":
+    main()
