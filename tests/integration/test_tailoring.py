@@ -17,7 +17,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT, VENV_BIN, ansible_playbook, free_port, load_json, needs_root
-from ext4audit.reports import md
+from ext4audit.markdown import md
 
 pytestmark = needs_root
 
