@@ -341,3 +341,11 @@ def test_options_and_features_are_edited_as_the_tools_do():
     assert "64bit" not in fs["superblock"]["features"] and fs["superblock"]["features"][-1] == "fast_commit"
     assert fs["superblock"]["inode_size"] == default_fs["superblock"]["inode_size"]  # the rest merged
     assert DEFAULT["filesystems"][0] == default_fs and "barrier" in default_fs["options"]  # default untouched
+
+
+def test_the_worked_example_in_the_docs_is_a_real_case_file():
+    """docs/rules.md shows EXT4_LONG_COMMIT's cases as a rule's author writes them: the file itself."""
+    page = open(os.path.join(ROOT, "docs", "rules.md")).read()
+    example = page.split("and `rules/cases/EXT4_LONG_COMMIT.yml`:\n\n```yaml\n", 1)[1].split("```", 1)[0]
+    with open(os.path.join(CASES_DIR, "EXT4_LONG_COMMIT.yml")) as handle:
+        assert example == "".join(line for line in handle if not line.startswith("#"))
