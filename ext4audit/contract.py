@@ -17,6 +17,8 @@ confirmation probe ids, the network filesystem types) live in the target-side mo
 """
 
 import datetime
+import json
+import os
 import re
 import typing
 from typing import Any, Dict, List, Literal, Optional, Tuple
@@ -24,7 +26,7 @@ from typing import Any, Dict, List, Literal, Optional, Tuple
 import msgspec
 from msgspec import Meta, Struct
 
-from . import SEVERITIES, fact_paths
+from . import ROOT, SEVERITIES, fact_paths
 from .parsers import ext4_parsers
 
 FACTS_SCHEMA = ext4_parsers.FACTS_SCHEMA
@@ -554,7 +556,19 @@ SCHEMAS = {
 }
 
 
-def json_schema(name):
-    """The JSON Schema (draft 2020-12) of schemas/<name>."""
+SCHEMAS_DIR = os.path.join(ROOT, "schemas")
+
+
+def schema_text(name):
+    """The JSON Schema (draft 2020-12) of schemas/<name>, as the file holds it."""
     doc = msgspec.json.schema(SCHEMAS[name])
-    return dict({"$schema": "https://json-schema.org/draft/2020-12/schema", "title": SCHEMAS[name].__name__, "description": (SCHEMAS[name].__doc__ or "").strip()}, **doc)
+    doc = dict({"$schema": "https://json-schema.org/draft/2020-12/schema", "title": SCHEMAS[name].__name__, "description": (SCHEMAS[name].__doc__ or "").strip()}, **doc)
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def write_schemas(folder=SCHEMAS_DIR):
+    """Write every schema to folder (`make schemas`); tests/unit/test_contract.py checks they are current."""
+    os.makedirs(folder, exist_ok=True)
+    for name in SCHEMAS:
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:
+            handle.write(schema_text(name))
