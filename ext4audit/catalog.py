@@ -28,7 +28,7 @@ REQUIRED = ("id", "title", "scope", "kind", "severity", "when", "message", "rati
             "references", "tags")
 OPTIONAL = ("seed", "escalate", "confirmation", "overrides")  # overrides: site rules only
 SCHEMA = contract.RULES_SCHEMA
-RULE_ID = re.compile(r"^[A-Z][A-Z0-9_]*$")
+RULE_ID = re.compile(contract.RULE_ID_PATTERN)
 ESCALATE_FIELDS = ("when", "severity", "because")
 OPERATORS = ("eq", "ne", "lt", "lte", "gt", "gte", "in", "contains", "present")
 COMBINATORS = ("all", "any", "not", "kernel_issue", "kernel_records")

@@ -1,6 +1,6 @@
 """The records that cross a boundary, as typed models: what each file of a run folder holds, and
 the waiver file and rule catalog a site writes. One place for their shape; schemas/*.json are
-generated from these models (`make schemas`, contract_schemas()) and published with the docs.
+generated from these models (`make schemas`: write_schemas()) and published with the docs.
 
 Readers decode through them with check(): a record that is not of its model's shape is a
 ContractError naming the file, the host and the field ($.filesystems[0].options). The readers
