@@ -39,8 +39,8 @@ class Baseline:
     def host_findings(self, host):
         """{identity: severity} of the host's findings in the baseline, and its status there."""
         file_path = os.path.join(self.path, "hosts", reports.safe_name(host) + ".json")
-        # decoded into contract.HostReport: only the fields it names are built (a tenth of the
-        # time of json.loads, which at 10,000 hosts was the report step's second-largest cost)
+        # decoded into contract.HostReport, which checks every field it names and skips the rest
+        # unbuilt: half the time of json.loads (measured: 335 against 705 us a host)
         name, entry = _host_entry(reports.read_json(file_path, "baseline host report", contract.HostReport))
         if name != host:
             raise reports.ReportError("baseline %s is the report of %r, not of %r" % (file_path, name, host))
