@@ -554,15 +554,14 @@ SCHEMAS = {
     "waivers.json": WaiverFile,
     "rules.json": RuleFile,
 }
-
-
 SCHEMAS_DIR = os.path.join(ROOT, "schemas")
 
 
 def schema_text(name):
     """The JSON Schema (draft 2020-12) of schemas/<name>, as the file holds it."""
-    doc = msgspec.json.schema(SCHEMAS[name])
-    doc = dict({"$schema": "https://json-schema.org/draft/2020-12/schema", "title": SCHEMAS[name].__name__, "description": (SCHEMAS[name].__doc__ or "").strip()}, **doc)
+    model = SCHEMAS[name]
+    doc = dict({"$schema": "https://json-schema.org/draft/2020-12/schema", "title": model.__name__,
+                "description": model.__doc__.strip()}, **msgspec.json.schema(model))
     return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
