@@ -165,30 +165,31 @@ class Sweep(Struct):
     stopped_by: Optional[str] = None
 
 
-class AllocatorEffect(Struct):
-    dspan_p50_ratio: Optional[float] = None
-    dspan_p90_ratio: Optional[float] = None
-    tail_share_trigger: Optional[float] = None
-    tail_share_control: Optional[float] = None
+class AllocatorEffect(Struct, forbid_unknown_fields=True):
+    """Trigger against control: d-span quantile ratios and the tail shares (null: not measured)."""
+    dspan_p50_ratio: Optional[float]
+    dspan_p90_ratio: Optional[float]
+    tail_share_trigger: Optional[float]
+    tail_share_control: Optional[float]
 
 
 class AllocatorIssue(Struct):
-    """A paired experiment for one of Chopper's allocator issues."""
+    """A paired trigger-against-control experiment for one of Chopper's allocator issues."""
     id: str
     name: str
     verdict: Literal["present", "absent", "inconclusive"]
     reason: Optional[str]
-    pairs: int
+    pairs: typing.Annotated[int, Meta(ge=0)]
     effect: AllocatorEffect
-    p_value: Optional[float]
+    p_value: Optional[typing.Annotated[float, Meta(ge=0, le=1)]]
     test: str
 
 
 class Allocator(Struct):
-    """The allocator experiments (optional: probes before them have none)."""
+    """The allocator experiments (optional: a probe before them, or one stopped before them, has none)."""
     status: Literal["ran", "skipped", "error"]
-    reason: Optional[str] = None
-    issues: List[AllocatorIssue] = []
+    reason: Optional[str]
+    issues: List[AllocatorIssue]
 
 
 class ProbeResult(Struct):
