@@ -11,7 +11,7 @@ APT_COMMANDS := dumpe2fs debugfs losetup
 APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: collection setup deps vm-deps lint-deps test-deps cloud-deps audit test lint rules docs role-readmes clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records e2fsprogs-corpus
+.PHONY: schemas collection setup deps vm-deps lint-deps test-deps cloud-deps audit test lint rules docs role-readmes clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records e2fsprogs-corpus
 setup: deps $(VENV)/.installed
 
 # Debian packages the audit and the tests use; installed only when a tool is missing.
@@ -151,6 +151,11 @@ e2fsprogs-corpus:
 
 rules: setup
 	$(VENV)/bin/python -m ext4audit rules
+
+# schemas/*.json, the JSON Schemas of every record a run writes or reads, from ext4audit/contract.py's
+# models (tests/unit/test_contract.py checks they are current).
+schemas: setup
+	$(VENV)/bin/python -c "from ext4audit import contract; contract.write_schemas()"
 
 # roles/<role>/README.md from each role's meta/argument_specs.yml (tests/unit/test_docs.py checks them).
 role-readmes: setup

@@ -17,11 +17,8 @@ is a ReportError (exit 2).
 """
 
 import os
-from typing import Any, List, Optional
 
-import msgspec
-
-from . import SEVERITIES, reports, severity_rank
+from . import contract, reports, severity_rank
 
 # New findings name why they are new.
 NEW, WORSENED, HOST_ADDED, NOT_AUDITED_BEFORE = "new", "worsened", "host_added", "not_audited_in_baseline"
@@ -29,27 +26,6 @@ NEW, WORSENED, HOST_ADDED, NOT_AUDITED_BEFORE = "new", "worsened", "host_added",
 
 def identity(host, finding):
     return (host, finding["rule"], finding.get("device"), finding.get("mountpoint"))
-
-
-# What a comparison reads of a baseline host report. The decoder builds these fields only and
-# skips the rest of the report (facts, texts, the passed list) unbuilt: a tenth of the time of
-# json.loads, which at 10,000 hosts was the report step's second-largest cost. Their types are
-# checked in _host_entry, with its own messages.
-class _Finding(msgspec.Struct):
-    rule: Any = None
-    severity: Any = None
-    device: Any = None
-    mountpoint: Any = None
-
-
-class _HostReport(msgspec.Struct):
-    schema: Any = None
-    host: Any = None
-    status: Any = None
-    findings: Optional[List[_Finding]] = None
-
-
-_HOST_REPORT = msgspec.json.Decoder(_HostReport)
 
 
 class Baseline:
@@ -63,8 +39,9 @@ class Baseline:
     def host_findings(self, host):
         """{identity: severity} of the host's findings in the baseline, and its status there."""
         file_path = os.path.join(self.path, "hosts", reports.safe_name(host) + ".json")
-        name, entry = _host_entry(file_path, reports.read_json(file_path, "baseline host report",
-                                                                       _HOST_REPORT))
+        # decoded into contract.HostReport, which checks every field it names and skips the rest
+        # unbuilt: half the time of json.loads (measured: 335 against 705 us a host)
+        name, entry = _host_entry(reports.read_json(file_path, "baseline host report", contract.HostReport))
         if name != host:
             raise reports.ReportError("baseline %s is the report of %r, not of %r" % (file_path, name, host))
         return entry
@@ -88,22 +65,13 @@ def load(path, run_dir=None):
                     statuses)
 
 
-def _host_entry(path, report):
-    if report.schema != reports.HOST_SCHEMA:
-        raise reports.ReportError("baseline %s is not a %s document" % (path, reports.HOST_SCHEMA))
-    host, status, findings = report.host, report.status, report.findings
-    if not isinstance(host, str) or not isinstance(status, str) or findings is None:
-        raise reports.ReportError("baseline %s: host, status or findings missing or of the wrong type" % path)
+def _host_entry(report):
     known = {}
-    for number, finding in enumerate(findings, 1):
-        if not (isinstance(finding.rule, str) and finding.severity in SEVERITIES
-                and all(value is None or isinstance(value, str) for value in (finding.device, finding.mountpoint))):
-            raise reports.ReportError("baseline %s: finding #%d has no valid rule, severity, device or mountpoint"
-                                      % (path, number))
-        key = (host, finding.rule, finding.device, finding.mountpoint)  # identity() of a decoded finding
+    for finding in report.findings:
+        key = (report.host, finding.rule, finding.device, finding.mountpoint)  # identity() of a decoded finding
         if key not in known or severity_rank(finding.severity) > severity_rank(known[key]):
             known[key] = finding.severity
-    return host, {"status": status, "findings": known}
+    return report.host, {"status": report.status, "findings": known}
 
 
 def compare_host(report, base):

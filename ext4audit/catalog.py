@@ -9,30 +9,26 @@ Every rule is checked here, before any host is contacted (the playbooks run `pyt
 check` in their preflight): a misspelt fact path, message placeholder, probe id or field would
 otherwise be read as "unknown" on every host, or fail only on the host where the rule fires."""
 
-import ast
 import glob
 import os
 import re
 import string
 
-from . import SEVERITIES, engine, fact_paths, kernel_records, safe_yaml, severity_rank
+from . import SEVERITIES, contract, engine, fact_paths, kernel_records, safe_yaml, severity_rank
 from .parsers import kernel_version
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RULES_DIR = os.path.join(HERE, "rules")  # a link to ../rules in the repository
-# The confirmation probes exist where the probe defines them (Confirmations.PROBES); a link to
-# ../roles/chopper_probe/files in the repository.
-PROBE_SCRIPT = os.path.join(HERE, "probe_files", "ext4_probe.py")
-SCOPES = tuple(fact_paths.BY_SCOPE)
-KINDS = ("data-safety", "performance", "operability")  # what a rule's finding puts at risk
+SCOPES = contract.RULE_SCOPES
+KINDS = contract.RULE_KINDS
 # A static performance finding must not fail the default gate (high) by itself: only its probe
 # confirmation, measured on the host's own kernel, may raise it above this.
 PERFORMANCE_CEILING = "medium"
 REQUIRED = ("id", "title", "scope", "kind", "severity", "when", "message", "rationale", "remediation",
             "references", "tags")
 OPTIONAL = ("seed", "escalate", "confirmation", "overrides")  # overrides: site rules only
-SCHEMA = "ext4-fleet-audit/rules/v1"
-RULE_ID = re.compile(r"^[A-Z][A-Z0-9_]*$")
+SCHEMA = contract.RULES_SCHEMA
+RULE_ID = re.compile(contract.RULE_ID_PATTERN)
 ESCALATE_FIELDS = ("when", "severity", "because")
 OPERATORS = ("eq", "ne", "lt", "lte", "gt", "gte", "in", "contains", "present")
 COMBINATORS = ("all", "any", "not", "kernel_issue", "kernel_records")
@@ -119,16 +115,8 @@ def _rules_of(path, issues, probes, record_classes):
 
 
 def probe_ids():
-    """The probe's confirmation ids, read from its source without running target code here."""
-    try:
-        with open(PROBE_SCRIPT, "rb") as handle:
-            tree = ast.parse(handle.read(), PROBE_SCRIPT)
-    except (OSError, SyntaxError) as exc:
-        raise CatalogError("cannot read the probe's confirmation ids from %s: %s" % (PROBE_SCRIPT, exc))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["PROBES"]:
-            return frozenset(ast.literal_eval(node.value))
-    raise CatalogError("%s defines no PROBES (the confirmation probe ids)" % PROBE_SCRIPT)
+    """The probe's confirmation ids (the probe's Confirmations.PROBES is this very tuple)."""
+    return frozenset(contract.PROBES)
 
 
 def _read(path):

@@ -11,11 +11,10 @@ import os
 import sys
 import traceback
 
-from . import SEVERITIES, severity_rank, catalog as catalog_mod, kernel_gate, kernel_records, probe, reports, waivers as waivers_mod
+from . import SEVERITIES, severity_rank, catalog as catalog_mod, contract, kernel_gate, kernel_records, probe, reports, waivers as waivers_mod
 from . import baseline as baseline_mod, fleet, html, markdown, merge, policy as policy_mod, run as run_mod, terminal, version, writers
 
 
-_check, _list_of = fleet._check, fleet._list_of  # the checks of facts records, for host reports too
 DEFAULT_FAIL_ON = "high"
 
 
@@ -28,18 +27,19 @@ def load_probe(run_dir):
     records, plan = {}, None
     for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
         doc = reports.read_json(path, "probe file")
+        where = "probe file %s" % path
         try:
             if isinstance(doc, dict) and doc.get("schema") == probe.PLAN_SCHEMA:
-                probe.check_plan(doc)
+                probe.check_plan(doc, where)
                 if plan is not None:
-                    raise probe.ProbeError("a second plan in the run folder")
+                    raise probe.ProbeError("%s: a second plan in the run folder" % where)
                 plan = doc
                 continue
-            probe.check_record(doc)
+            probe.check_record(doc, where)
             if doc["host"] in records:
-                raise probe.ProbeError("a second record for host %r" % doc["host"])
+                raise probe.ProbeError("%s: a second record for host %r" % (where, doc["host"]))
         except probe.ProbeError as exc:
-            raise reports.ReportError("probe file %s: %s" % (path, exc))
+            raise reports.ReportError(str(exc))
         records[doc["host"]] = doc
     return records, plan
 
@@ -97,49 +97,28 @@ def load_host_reports(run_dir):
     paths = sorted(glob.glob(os.path.join(run_dir, "hosts", "*.json")))
     if not paths:
         raise reports.ReportError("no host reports in %s/hosts" % run_dir)
-    loaded = []
-    for path in paths:
-        report = reports.read_json(path, "host report")
-        if not isinstance(report, dict) or report.get("schema") != reports.HOST_SCHEMA:
-            raise reports.ReportError("%s is not a %s document" % (path, reports.HOST_SCHEMA))
-        check_host_report(report, path)
-        loaded.append(report)
-    return loaded
+    return [read_host_report(path, "host report") for path in paths]
 
 
-def check_host_report(report, path):
-    """The parts of a host report the gate re-reads, checked: a hand-edited or foreign file is a
-    clear error (exit 2), never a traceback."""
-    _check(isinstance(report.get("host"), str) and report["host"] and isinstance(report.get("status"), str),
-           path, "no host name or status string")
-    _check(report.get("groups") is None or _list_of(report["groups"], str), path, "groups is not a list of names")
-    _check(_list_of(report.get("findings"), dict), path, "findings is missing or not a list of objects")
-    _check(report.get("policy") is None or (isinstance(report["policy"], dict)
-                                             and report["policy"].get("fail_on") in SEVERITIES),
-           path, "policy is not an object with a fail_on of %s" % ", ".join(SEVERITIES))
-    for key in ("undetermined", "errors", "expired_waivers"):
-        _check(_list_of(report.get(key) or [], dict), path, "%s is not a list of objects" % key)
-    for number, finding in enumerate(report["findings"], 1):
+def read_host_report(path, what):
+    """A host report, decoded through contract.HostReport: a hand-edited or foreign file is a
+    clear error (exit 2) naming the file, host and field, never a traceback."""
+    report = reports.read_json(path, what)
+    contract.check(report, contract.HostReport, "%s %s" % (what, path))
+    for number, finding in enumerate(report["findings"]):
+        where = "%s %s (host %r): $.findings[%d]" % (what, path, report["host"], number)
         waiver = finding.get("waiver")
-        _check(isinstance(finding.get("rule"), str) and finding.get("severity") in SEVERITIES
-               and isinstance(finding.get("waived"), bool)
-               and (waiver is None or (isinstance(waiver, dict) and _is_stamp(waiver.get("expires"))))
-               and (waiver is not None or not finding["waived"]),
-               path, "finding #%d has no rule, a severity that is not one of %s, or a bad waived/waiver pair "
-               "or waiver expiry" % (number, ", ".join(SEVERITIES)))
-    section = report.get("probe")
-    _check(section is None or (isinstance(section, dict) and isinstance(section.get("status"), str)
-                               and _list_of(section.get("confirmations"), dict)
-                               and all(isinstance(c.get("id"), str) for c in section["confirmations"])
-                               and isinstance(section.get("errors"), list)
-                               and (section.get("sweep") is None or isinstance(section["sweep"], dict))),
-           path, "the probe section is not an object with a status, confirmations and errors")
+        if waiver is None and finding["waived"]:
+            raise reports.ReportError("%s: waived is true but there is no waiver" % where)
+        if waiver is not None and not _is_stamp(waiver["expires"]):  # the model checked its form, not the date
+            raise reports.ReportError("%s: waiver.expires %r is no date" % (where, waiver["expires"]))
+    return report
 
 
 def _is_stamp(text):
     try:
         reports.moment_of(text)
-    except (TypeError, ValueError):
+    except ValueError:
         return False
     return True
 
@@ -192,7 +171,7 @@ def cmd_kernel_gate(args):
             loaded[run_dir] = load_probe(run_dir)
         records, plan = loaded[run_dir]
         report_path = os.path.join(run_dir, "hosts", reports.safe_name(host) + ".json")
-        report = reports.read_json(report_path, "%s host report" % role) if os.path.exists(report_path) else None
+        report = read_host_report(report_path, "%s host report" % role) if os.path.exists(report_path) else None
         sides.append({"host": host, "record": (records or {}).get(host), "report": report})
         plan_ids.append(plan and "seed %s, %s runs, %s levels" % (plan["seed"], plan["runs"], plan["level_set"]))
     policy = dict(alpha=args.alpha, min_effect=args.min_effect, dspan_tolerance=args.dspan_tolerance,
@@ -380,7 +359,7 @@ def main(argv=None):
     try:
         with reports.no_gc():
             return args.func(args)
-    except (catalog_mod.CatalogError, waivers_mod.WaiverError, policy_mod.PolicyError, reports.ReportError, probe.ProbeError,
+    except (contract.ContractError, catalog_mod.CatalogError, waivers_mod.WaiverError, policy_mod.PolicyError, reports.ReportError, probe.ProbeError,
             kernel_records.RecordsError, kernel_gate.PolicyError, OSError) as exc:
         print("error: %s" % exc, file=sys.stderr)
         return 2

@@ -27,54 +27,22 @@ import shutil
 import signal
 import tempfile
 
-from . import baseline as baseline_mod, engine, policy as policy_mod, probe, reports, waivers as waivers_mod, writers as writers_mod
+from . import baseline as baseline_mod, contract, engine, policy as policy_mod, probe, reports, waivers as waivers_mod, writers as writers_mod
 
-RECORD_STATUSES = ("audited", "unreachable", "failed")  # what roles/ext4_audit/tasks/facts.yml writes
-FACTS_SCHEMA = "ext4-fleet-audit/facts/v1"
+FACTS_SCHEMA = contract.FACTS_SCHEMA
 PARALLEL_FROM = 200  # hosts; below this, forking workers costs more than it saves
 SHARDS_PER_WORKER = 16  # small shards even out the workers' loads at the end of the pass
 
 
-def _list_of(value, types):
-    return isinstance(value, list) and all(isinstance(item, types) for item in value)
-
-
-def _check(condition, path, what):
-    if not condition:
-        raise reports.ReportError("%s: %s" % (path, what))
-
-
 def read_record(path):
-    """A facts record, checked for the shape the rules and reports read: a corrupt or foreign file
-    is a clear error (exit 2) before anything is written, never a traceback."""
+    """A facts record, decoded through contract.FactsRecord: a corrupt or foreign file is a clear
+    error (exit 2) naming the file, the host and the field, before anything is written. Facts of
+    another schema, or of a host not audited, are not checked: that host is reported as not audited."""
     record = reports.read_json(path, "facts record")
-    _check(isinstance(record, dict), path, "a facts record is a JSON object, this is %s" % type(record).__name__)
-    _check(isinstance(record.get("host"), str) and record["host"], path, "facts record has no host name")
-    _check(record.get("status") in RECORD_STATUSES, path, "status %r is not one of %s"
-           % (record.get("status"), ", ".join(RECORD_STATUSES)))
-    _check(record.get("groups") is None or _list_of(record["groups"], str), path, "groups is not a list of names")
-    _check(record.get("reason") is None or isinstance(record["reason"], str), path, "reason is not a string")
-    facts = record.get("facts")
-    if record["status"] != "audited" or not isinstance(facts, dict) or facts.get("schema") != FACTS_SCHEMA:
-        return record  # not audited, or facts of an unknown schema: reported as a host not audited
-    _check(isinstance(facts.get("kernel"), dict), path, "facts.kernel is missing or not an object")
-    for key in ("filesystems", "netfs"):
-        _check(_list_of(facts.get(key), dict), path, "facts.%s is missing or not a list of objects" % key)
-    _check(_list_of(facts.get("errors") or [], dict), path, "facts.errors is not a list of objects")
-    for error in facts.get("errors") or []:
-        _check(isinstance(error.get("where"), str) and isinstance(error.get("reason"), str), path,
-               "an entry of facts.errors has no where and reason strings")
-    for number, fs in enumerate((facts.get("filesystems") or []) + (facts.get("netfs") or []), 1):
-        _check(isinstance(fs.get("mountpoint"), str) and (fs.get("device") is None or isinstance(fs["device"], str))
-               and (fs.get("options") is None or _list_of(fs["options"], str))
-               and all(fs.get(k) is None or isinstance(fs[k], dict) for k in ("superblock", "queue", "jbd2", "fstab")),
-               path, "filesystem #%d has no mountpoint string, or its device, options, superblock, queue, jbd2 "
-                     "or fstab is of the wrong type" % number)
-        sb = fs.get("superblock") or {}
-        _check(all(sb.get(k) is None or (isinstance(sb[k], int) and not isinstance(sb[k], bool)) for k in
-                   ("block_size", "block_count", "blocks_per_group", "inode_size", "journal_bytes", "raid_stride",
-                    "raid_stripe_width")) and _list_of(sb.get("features") or [], str),
-               path, "filesystem #%d: a superblock number or the feature list is of the wrong type" % number)
+    facts = record.get("facts") if isinstance(record, dict) else None
+    audited = isinstance(facts, dict) and facts.get("schema") == FACTS_SCHEMA and record.get("status") == "audited"
+    contract.check(record if audited or facts is None else dict(record, facts=None), contract.FactsRecord,
+                   "facts record %s" % path)
     return record
 
 

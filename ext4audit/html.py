@@ -23,7 +23,7 @@ import urllib.parse
 
 from markupsafe import Markup
 
-from . import SEVERITIES, policy as policy_mod, probe, reports, severity_rank, writers
+from . import SEVERITIES, contract, policy as policy_mod, probe, reports, severity_rank, writers
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 # A probed host's three pictures take about 0.3 s to draw and 80 KiB of page: a fleet where the
@@ -35,7 +35,6 @@ MAX_PLOTTED_HOSTS = 10
 DETAILED_HOSTS = 20
 # Runs up to this size give every host a section; larger ones only the hosts that need attention.
 ALL_SECTIONS = 200
-KERNEL_GATE_SCHEMA = "ext4-fleet-audit/kernel-gate/v1"  # kernel_gate.SCHEMA; that module loads scipy
 
 
 @functools.lru_cache(maxsize=None)
@@ -138,8 +137,7 @@ def _kernel_gate(run_dir):
         return None, None, None
     try:
         gate = reports.read_json(path, "kernel gate report")
-        if not isinstance(gate, dict) or gate.get("schema") != KERNEL_GATE_SCHEMA:
-            raise reports.ReportError("%s is not a %s document" % (path, KERNEL_GATE_SCHEMA))
+        contract.check(gate, contract.KernelGate, "kernel gate report %s" % path)
         from . import plots
 
         return gate, plots.kernel_gate(gate, "kernel-gate"), None

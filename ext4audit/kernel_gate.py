@@ -22,9 +22,9 @@ import math
 
 import numpy as np
 
-from . import kernel_records, severity_rank
+from . import contract, kernel_records, severity_rank
 
-SCHEMA = "ext4-fleet-audit/kernel-gate/v1"
+SCHEMA = contract.KERNEL_GATE_SCHEMA
 DEFAULTS = {"alpha": 0.01, "min_effect": 0.3, "dspan_tolerance": 0.10, "tail_tolerance": 0.10,
             "ratio_tolerance": 0.25, "fail_on": "high",
             "record_fail_classes": ["data corruption", "crash/BUG"]}

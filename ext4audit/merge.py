@@ -17,7 +17,7 @@ import glob
 import os
 import shutil
 
-from . import probe, reports
+from . import contract, probe, reports
 
 
 def collect(slices):
@@ -46,7 +46,7 @@ def collect(slices):
             doc = reports.read_json(path, "probe file")
             try:
                 if isinstance(doc, dict) and doc.get("schema") == probe.PLAN_SCHEMA:
-                    probe.check_plan(doc)
+                    probe.check_plan(doc, "probe file %s" % path)
                     if plan is not None and doc != plan:
                         raise reports.ReportError("slices %s and %s ran different probe plans (%s; %s): their "
                                                   "sweeps do not compare" % (plan_slice, folder, _plan_id(plan),
@@ -54,9 +54,9 @@ def collect(slices):
                     plan, plan_slice = doc, folder
                     files[os.path.join("probe", "plan.json")] = path
                     continue
-                probe.check_record(doc)
-            except probe.ProbeError as exc:
-                raise reports.ReportError("probe file %s: %s" % (path, exc))
+                probe.check_record(doc, "probe file %s" % path)
+            except (contract.ContractError, probe.ProbeError) as exc:
+                raise reports.ReportError(str(exc))
             _claim(owners, ("probe", doc["host"]), folder)
             files[os.path.join("probe", os.path.basename(path))] = path
     return files

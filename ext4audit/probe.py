@@ -19,10 +19,10 @@ import os
 
 import numpy as np
 
-from . import safe_yaml, severity_rank
+from . import contract, safe_yaml, severity_rank
 
-PLAN_SCHEMA = "ext4-fleet-audit/probe-plan/v1"
-RESULT_SCHEMA = "ext4-fleet-audit/probe-result/v1"
+PLAN_SCHEMA = contract.PROBE_PLAN_SCHEMA
+RESULT_SCHEMA = contract.PROBE_RESULT_SCHEMA
 FACTORS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "factors.yml")
 # The default seed is fixed (FAST '15 opened on 2015-02-16), so plans made on different days,
 # for different hosts or kernels, are the same plan and compare treatment by treatment.
@@ -31,11 +31,7 @@ DEFAULT_RUNS = 256
 MIN_RUNS = 8          # below this, factor analysis is noise: quantiles only
 TAIL_QUANTILE = 0.9   # Chopper's tail threshold (fig-5.tail-distribution.r)
 MAX_LISTED_LEVELS = 100000  # a plan lists every level of every factor; more is a mistake
-# A host's probe record (roles/chopper_probe/tasks/run.yml sets it from the probe's exit code):
-# ran (ok or partial), skipped (nothing to replicate, check mode), refused (its scratch path is
-# not its own, or another probe runs on the host), failed (an error, a signal, no result),
-# unreachable.
-RECORD_STATUSES = ("ran", "skipped", "refused", "failed", "unreachable")
+RECORD_STATUSES = contract.PROBE_STATUSES  # of a host's probe record
 FAILED = ("refused", "failed", "unreachable")  # the probe was meant to run and did not
 
 
@@ -322,58 +318,24 @@ def analyze(plan, result):
 
 
 # ------------------------------------------------------------------ records and reports
-def _require(condition, message):
-    if not condition:
-        raise ProbeError(message)
+def check_plan(plan, where="plan"):
+    """Raise ContractError or ProbeError unless `plan` is a plan as make_plan() writes it (contract.ProbePlan, and
+    a level of every factor in each treatment, ids unique)."""
+    contract.check(plan, contract.ProbePlan, where)
+    factors = plan["factors"]
+    for number, treatment in enumerate(plan["treatments"]):
+        if not _is_int(treatment.get("id")) or not set(factors) <= set(treatment):
+            raise ProbeError("%s: $.treatments[%d] has no integer id or not a level of every factor" % (where, number))
+    if len(set(t["id"] for t in plan["treatments"])) != len(plan["treatments"]):
+        raise ProbeError("%s: treatment ids repeat" % where)
 
 
-def _optional(value, types):
-    return value is None or (isinstance(value, types) and not isinstance(value, bool))
-
-
-def check_plan(plan):
-    """Raise ProbeError unless `plan` is a plan as make_plan() writes it."""
-    _require(isinstance(plan, dict) and plan.get("schema") == PLAN_SCHEMA, "not a %s document" % PLAN_SCHEMA)
-    factors = plan.get("factors")
-    _require(isinstance(factors, dict) and all(isinstance(v, list) for v in factors.values()),
-             "factors is not a mapping of level lists")
-    treatments = plan.get("treatments")
-    _require(isinstance(treatments, list) and all(
-        isinstance(t, dict) and _is_int(t.get("id")) and set(factors) <= set(t)
-        for t in treatments), "treatments are not objects with an id and a level of every factor")
-    _require(len(set(t["id"] for t in treatments)) == len(treatments), "treatment ids repeat")
-
-
-def check_record(record):
-    """Raise ProbeError unless `record` has the shape the playbook writes to probe/<host>.json:
-    {host, status, reason, mountpoint, result} with result a probe-result/v1 document or null."""
-    _require(isinstance(record, dict), "not a JSON object")
-    _require(isinstance(record.get("host"), str) and record["host"], "no host name")
-    _require(record.get("status") in RECORD_STATUSES,
-             "status %r is not one of %s" % (record.get("status"), ", ".join(RECORD_STATUSES)))
-    _require(_optional(record.get("reason"), str) and _optional(record.get("mountpoint"), str),
-             "reason and mountpoint must be strings or null")
-    result = record.get("result")
-    _require(result is not None or record["status"] != "ran", "status is ran but there is no result")
-    if result is None:
-        return
-    _require(isinstance(result, dict) and result.get("schema") == RESULT_SCHEMA,
-             "result is not a %s document" % RESULT_SCHEMA)
-    _require(_optional(result.get("kernel"), str) and _optional(result.get("duration_s"), (int, float)),
-             "result kernel or duration_s has the wrong type")
-    sweep = result.get("sweep")
-    _require(sweep is None or (isinstance(sweep, dict) and isinstance(sweep.get("runs", []), list)
-                               and isinstance(sweep.get("errors", []), list)),
-             "result sweep is not an object with lists of runs and errors")
-    entries = result.get("confirmations", [])
-    _require(isinstance(entries, list), "result confirmations is not a list")
-    for entry in entries:
-        _require(isinstance(entry, dict) and isinstance(entry.get("id"), str), "a confirmation has no id")
-        spread = entry.get("ratio_spread")
-        _require(_optional(entry.get("ratio"), (int, float)) and (spread is None or (
-            isinstance(spread, list) and len(spread) == 2 and all(_optional(v, (int, float)) and v is not None
-                                                                  for v in spread))),
-                 "confirmation %s: ratio or ratio_spread is not a number" % entry["id"])
+def check_record(record, where="probe record"):
+    """Raise ContractError or ProbeError unless `record` is what the playbook writes to probe/<host>.json:
+    contract.ProbeRecord, with a result when the probe ran."""
+    contract.check(record, contract.ProbeRecord, where)
+    if record["status"] == "ran" and record.get("result") is None:
+        raise ProbeError("%s (host %r): status is ran but there is no result" % (where, record["host"]))
 
 
 def host_section(record, plan):

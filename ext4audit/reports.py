@@ -27,10 +27,10 @@ import threading
 
 import msgspec
 
-from . import SEVERITIES, probe, severity_rank
+from . import SEVERITIES, contract, probe, severity_rank
 
-HOST_SCHEMA = "ext4-fleet-audit/host-report/v1"
-SUMMARY_SCHEMA = "ext4-fleet-audit/summary/v1"
+HOST_SCHEMA = contract.HOST_REPORT_SCHEMA
+SUMMARY_SCHEMA = contract.SUMMARY_SCHEMA
 EXIT_CODES = {"pass": 0, "fail": 1, "incomplete": 2}
 
 
@@ -106,19 +106,28 @@ def write_json(path, doc, durable=True):
     write_atomic(path, json_text(doc), durable)
 
 
-def read_json(path, what, decoder=None):
-    """A JSON file, parsed. decoder: a msgspec.json.Decoder of a given shape, which builds only
-    what the shape names and skips the rest (a document of another shape is an error)."""
+def read_json(path, what, model=None):
+    """A JSON file, parsed. model: a contract model to decode it into (msgspec builds only the
+    fields the model names and skips the rest; a document of another shape is an error)."""
     try:
         with open(path, "rb") as handle:  # bytes: the decoders read UTF-8 themselves, faster than a text file
             data = handle.read()
-        return decoder.decode(data) if decoder else json.loads(data)
+        return _decoder(model).decode(data) if model else json.loads(data)
     except FileNotFoundError:
         raise ReportError("%s not found: %s" % (what, path))
     except msgspec.ValidationError as exc:
-        raise ReportError("%s %s is not of the expected shape: %s" % (what, path, exc))
+        raise ReportError("%s %s: %s" % (what, path, contract.explain(exc, model)))
     except (OSError, ValueError) as exc:
         raise ReportError("%s %s is not valid JSON: %s" % (what, path, exc))
+
+
+_DECODERS = {}
+
+
+def _decoder(model):
+    if model not in _DECODERS:
+        _DECODERS[model] = msgspec.json.Decoder(model)
+    return _DECODERS[model]
 
 
 def sync_folder(path):
@@ -191,12 +200,8 @@ def read_complete_run(run_dir, what):
                           "file is on disk; the step did not finish there (it failed, e.g. out of space, was killed, "
                           "or is still running)" % (what, run_dir, SUMMARY))
     summary = read_json(path, what + " summary")
-    if not isinstance(summary, dict) or summary.get("schema") != SUMMARY_SCHEMA:
-        raise ReportError("%s %s is not a %s document" % (what, path, SUMMARY_SCHEMA))
-    listed = summary.get("hosts")
-    if not isinstance(listed, list) or not all(isinstance(h, dict) and isinstance(h.get("host"), str)
-                                               and isinstance(h.get("status"), str) for h in listed):
-        raise ReportError("%s %s has no valid hosts list" % (what, path))
+    contract.check(summary, contract.Summary, "%s summary %s" % (what, path))
+    listed = summary["hosts"]
     statuses = dict((h["host"], h["status"]) for h in listed)
     if len(statuses) < len(listed):
         raise ReportError("%s %s lists a host twice" % (what, path))

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-from . import reports
+from . import contract, reports
 
 EXIT_FILE_VAR = "ext4_audit_exit_file"
 RECORD_MAX = 64 * 1024
@@ -54,7 +54,7 @@ def verdict_code(ansible_rc, exit_file):
     try:
         summary = reports.read_complete_run(run_dir, "run folder")[0]
         return reports.EXIT_CODES[summary["verdict"]], None
-    except (reports.ReportError, KeyError, TypeError) as exc:
+    except (reports.ReportError, contract.ContractError, KeyError, TypeError) as exc:
         return ERROR, "no verdict: %s" % exc
 
 

@@ -28,12 +28,12 @@ import datetime
 import fnmatch
 import re
 
-from . import kernel_records, reports, safe_yaml
+from . import contract, kernel_records, reports, safe_yaml
 
 REQUIRED = ("rule", "justification", "approver", "expires")
 SCOPES = ("hosts", "groups", "mountpoints")
 RECORDS = "records"  # kernel CNA record ids, for the {kernel_records: CLASS} rules
-_RECORD_ID = re.compile(r"^CVE-\d{4}-\d{4,}$")
+_RECORD_ID = re.compile(contract.RECORD_ID_PATTERN)
 FIRST_YEAR, LAST_YEAR = 2000, 2100  # an expiry outside these is a typo (0999, 20277), not a policy
 
 

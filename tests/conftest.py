@@ -139,6 +139,32 @@ def load_json(path):
         return json.load(handle)
 
 
+def check_run_against_schemas(run_dir):
+    """Validate every JSON file of a run folder against its published schema (schemas/, from
+    ext4audit/contract.py) with jsonschema; return {file relative to the run folder: schema file}."""
+    import jsonschema  # only the tests that check a real run need it
+    from ext4audit import contract
+
+    def schema_of(relative, doc):
+        if relative in ("summary.json", "kernel_gate.json"):
+            return relative.replace("_", "-")
+        folder = relative.split(os.sep)[0]
+        if folder == "probe":
+            return "probe-plan.json" if doc.get("schema") == contract.PROBE_PLAN_SCHEMA else "probe-record.json"
+        return {"hosts": "host-report.json", "facts": "facts-record.json"}[folder]
+
+    checked = {}
+    for path in sorted(glob.glob(os.path.join(run_dir, "**", "*.json"), recursive=True)):
+        relative = os.path.relpath(path, run_dir)
+        doc = load_json(path)
+        checked[relative] = schema_of(relative, doc)
+        schema = load_json(os.path.join(contract.SCHEMAS_DIR, checked[relative]))
+        errors = ["%s: %s" % (error.json_path, error.message)
+                  for error in jsonschema.Draft202012Validator(schema).iter_errors(doc)]
+        assert not errors, "%s does not match schemas/%s:\n%s" % (path, checked[relative], "\n".join(errors[:10]))
+    return checked
+
+
 def free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

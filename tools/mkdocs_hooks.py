@@ -1,5 +1,6 @@
-"""MkDocs hooks (mkdocs.yml): README.md is the site's home page and each role's README.md a page
-under roles/, so each text has one source, read where it lives in the repository.
+"""MkDocs hooks (mkdocs.yml): README.md is the site's home page, each role's README.md a page
+under roles/ and each JSON Schema of schemas/ a file under schemas/, so each text has one source,
+read where it lives in the repository.
 
 Links are written for a reader of the repository (README.md: docs/probe.md; docs/*.md: ../README.md,
 ../roles/<role>/README.md); on the site they become the pages' own paths.
@@ -13,6 +14,7 @@ SITE_LINKS = (
     (re.compile(r"\]\(docs/"), "]("),
     (re.compile(r"\]\(\.\./README\.md"), "](index.md"),
     (re.compile(r"\]\((?:\.\./)?roles/([a-z0-9_]+)/README\.md"), r"](roles/\1.md"),
+    (re.compile(r"\]\(\.\./schemas/"), "](schemas/"),
 )
 
 
@@ -29,6 +31,9 @@ def on_files(files, config):
         readme = os.path.join(roles, role, "README.md")
         if os.path.isfile(readme):
             files.append(File.generated(config, "roles/%s.md" % role, content=_read(readme)))
+    schemas = os.path.join(root, "schemas")
+    for name in sorted(os.listdir(schemas)):
+        files.append(File.generated(config, "schemas/" + name, content=_read(os.path.join(schemas, name))))
     return files
 
 

@@ -13,6 +13,12 @@ import re
 import struct
 import uuid
 
+# Constants both sides of the audit use (the controller's ext4audit/contract.py reads them here:
+# target code cannot import the controller package).
+FACTS_SCHEMA = "ext4-fleet-audit/facts/v1"  # library/ext4_facts.py, ext4_image_facts.py
+PROBE_RESULT_SCHEMA = "ext4-fleet-audit/probe-result/v1"  # the probe's OUT.json
+# The probe's confirmation probes (roles/chopper_probe/files/ext4_probe.py, Confirmations)
+CONFIRMATION_PROBES = ("rename_over_existing", "buffered_write_fsync", "xattr_set", "netfs_mkdir_existing")
 EXT4_DRIVER_TYPES = ("ext4", "ext3", "ext2")  # all served by ext4.ko on modern kernels
 NETFS_TYPES = (
     "nfs", "nfs4", "cifs", "smb3", "smbfs", "afs", "9p", "ceph", "glusterfs",

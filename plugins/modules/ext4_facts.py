@@ -416,7 +416,7 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers import (
-    EXT4_DRIVER_TYPES, NETFS_TYPES, ParseError, fstab_drift, infer_options, option_map, parse_dumpe2fs,
+    EXT4_DRIVER_TYPES, FACTS_SCHEMA, NETFS_TYPES, ParseError, fstab_drift, infer_options, option_map, parse_dumpe2fs,
     parse_ext4_options, parse_fstab, parse_jbd2_info, parse_mountinfo, parse_os_release, volume_kind,
 )
 from ansible_collections.ext4audit.fleet.plugins.module_utils.kernel_version import identify, options_kernel
@@ -495,7 +495,7 @@ class Collector:
                     seen[key] = self.filesystem(mount, fstab)
                     filesystems.append(seen[key])
         return {
-            "schema": "ext4-fleet-audit/facts/v1",
+            "schema": FACTS_SCHEMA,
             "kernel": self.kernel_facts,
             "filesystems": filesystems,
             "netfs": netfs,

@@ -598,7 +598,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers import (
-    EXT4_DRIVER_TYPES, NETFS_TYPES, ParseError, ext_fstype, fstab_drift, fstab_mount_tokens, fstab_spec_target,
+    EXT4_DRIVER_TYPES, FACTS_SCHEMA, NETFS_TYPES, ParseError, ext_fstype, fstab_drift, fstab_mount_tokens, fstab_spec_target,
     has_ext_magic, infer_options, option_map, parse_bzimage_version, parse_debugfs_fast_link, parse_debugfs_ls,
     parse_dumpe2fs, parse_dumpe2fs_identity, parse_fstab, parse_grub_first_kernel, parse_os_release,
     parse_partition_table, plain_image_path, release_sort_key,
@@ -720,7 +720,7 @@ class ImageReader:
 
     # ------------------------------------------------------------ the whole image
     def collect(self):
-        facts = {"schema": "ext4-fleet-audit/facts/v1", "kernel": None, "filesystems": [], "netfs": [],
+        facts = {"schema": FACTS_SCHEMA, "kernel": None, "filesystems": [], "netfs": [],
                  "errors": self.errors,
                  "image": {"path": self.params["image"], "format": None, "size": None, "partition_table": None,
                            "disk_id": None, "partitions": [], "root": None, "os_release": None, "kernels": [],

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, VENV_BIN, ansible_playbook, load_json, needs_root, run
+from conftest import ROOT, VENV_BIN, ansible_playbook, check_run_against_schemas, load_json, needs_root, run
 
 pytestmark = needs_root
 
@@ -116,6 +116,10 @@ def test_audit_finds_exactly_the_expected_rules(fleet, tmp_path):
     assert markdown.startswith("## ext4 fleet audit: FAIL")
     assert "<script>" not in markdown and "&lt;script&gt;" in markdown and "\\$\\(id\\)" in markdown
     assert "<script>" not in junit
+
+    # Every JSON file of the run matches its published schema (schemas/, ext4audit/contract.py).
+    checked = check_run_against_schemas(runs[0])
+    assert set(checked.values()) == {"summary.json", "host-report.json", "facts-record.json"}, checked
 
     # The audit changed nothing: same mounts, same superblocks.
     assert mount_snapshot() == before

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, VENV_BIN, load_json, needs_root
+from conftest import ROOT, VENV_BIN, check_run_against_schemas, load_json, needs_root
 
 pytestmark = needs_root
 
@@ -74,6 +74,9 @@ def test_32_run_sweep_fills_the_probe_section(loopfs, tmp_path, playbook):
     assert "localhost" in str(summary["probe"])
     markdown = open(os.path.join(str(tmp_path / "reports"), "latest", "summary.md")).read()
     assert "rename_over_existing" in markdown
+    # the probe's record and plan match their published schemas too (schemas/, ext4audit/contract.py)
+    checked = check_run_against_schemas(os.path.join(str(tmp_path / "reports"), "latest"))
+    assert {"probe-plan.json", "probe-record.json", "host-report.json"} <= set(checked.values()), checked
 
 
 def test_named_option_set_replaces_the_hosts_options(loopfs, tmp_path):

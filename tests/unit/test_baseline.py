@@ -207,9 +207,9 @@ def break_json(path):
      "is not a ext4-fleet-audit/summary/v1 document"),
     (lambda run: json.dump({"schema": reports.HOST_SCHEMA, "host": "a", "status": "audited",
                             "findings": [{"rule": "R", "severity": "dreadful"}]},
-                           open(os.path.join(run, "hosts", "a.json"), "w")), "finding #1 has no valid"),
+                           open(os.path.join(run, "hosts", "a.json"), "w")), "a.json: $.findings[0].severity 'dreadful' is not one of"),
     (lambda run: json.dump([], open(os.path.join(run, "hosts", "a.json"), "w")),
-     "is not of the expected shape: Expected `object`, got `array`"),
+     "a.json: $: Expected `object`, got `array`"),
     (lambda run: json.dump({"schema": "something/else"}, open(os.path.join(run, "hosts", "a.json"), "w")),
      "is not a ext4-fleet-audit/host-report/v1"),
 ])

@@ -28,12 +28,15 @@ def test_site_builds_with_no_broken_link(tmp_path):
     assert "make audit" in (site / "index.html").read_text()  # README.md is the home page
     for role in role_readme.roles_with_specs():
         assert (site / "roles" / ("%s.html" % role)).is_file()
+    for name in os.listdir(os.path.join(ROOT, "schemas")):  # published beside reports.html, which links them
+        assert (site / "schemas" / name).read_bytes() == open(os.path.join(ROOT, "schemas", name), "rb").read()
 
 
 def test_a_broken_link_or_anchor_fails_the_build(tmp_path):
     """The same site copied, with one broken link of each kind: every one is named and the build fails."""
     copy = tmp_path / "repo"
-    shutil.copytree(os.path.join(ROOT, "docs"), str(copy / "docs"))
+    for folder in ("docs", "schemas"):
+        shutil.copytree(os.path.join(ROOT, folder), str(copy / folder))
     for name in ("mkdocs.yml", "README.md", os.path.join("tools", "mkdocs_hooks.py")):
         os.makedirs(str((copy / name).parent), exist_ok=True)
         shutil.copy(os.path.join(ROOT, name), str(copy / name))
@@ -97,5 +100,6 @@ def test_the_collection_ships_readme_docs_role_readmes_and_rule_cases_not_the_si
     pages = {"docs/" + page for page in os.listdir(os.path.join(ROOT, "docs")) if page.endswith(".md")}
     role_readmes = {"roles/%s/README.md" % role for role in role_readme.roles_with_specs()}
     rule_cases = {"rules/cases/" + name for name in os.listdir(os.path.join(ROOT, "rules", "cases"))}  # docs/rules.md
-    assert {"README.md"} | pages | role_readmes | rule_cases <= names
+    schemas = {"schemas/" + name for name in os.listdir(os.path.join(ROOT, "schemas"))}
+    assert {"README.md"} | pages | role_readmes | rule_cases | schemas <= names
     assert not {"mkdocs.yml", "tools/mkdocs_hooks.py", "tools/role_readme.py"} & names

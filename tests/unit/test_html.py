@@ -302,10 +302,6 @@ def test_svg_text_is_escaped_and_math_stays_text():
     assert "$x$ &lt;b&gt;1&lt;/b&gt;" in plots.tail_share(mapping, ranked, 30, "t")
 
 
-def test_kernel_gate_schema_is_the_gates():
-    assert report_html.KERNEL_GATE_SCHEMA == kernel_gate.SCHEMA
-
-
 def test_level_order_is_natural():
     labels = ["1 GiB", "256 MiB", "10", "2", "1", "[0, 2, 1, 3]", "[0, 1, 2, 3]", "0.5"]
     assert sorted(labels, key=plots._level_order) == ["0.5", "1", "2", "10", "256 MiB", "1 GiB",

@@ -93,7 +93,7 @@ def test_cli_writes_the_reports_and_exits_by_verdict(tmp_path, capsys):
         rec["result"].update(schema="ext4-fleet-audit/probe-result/v1", kernel="k", duration_s=1.0)
         (run / "probe" / (name + ".json")).write_text(json.dumps(rec))
         (run / "hosts" / (cli.reports.safe_name(host) + ".json")).write_text(
-            json.dumps({"host": host, "kernel": {"release": "k-" + name}, "findings": []}))
+            json.dumps({"schema": cli.reports.HOST_SCHEMA, "status": "audited", "host": host, "kernel": {"release": "k-" + name}, "findings": []}))
     assert cli.main(["kernel-gate", str(run), "--baseline", "base<1>", "--candidate", "cand"]) == 1
     assert "kernel gate: fail: dspan:" in capsys.readouterr().out
     gate = json.loads((run / "kernel_gate.json").read_text())
@@ -239,7 +239,8 @@ def test_cli_record_fail_classes(tmp_path, capsys):
         rec["host"] = name
         rec["result"].update(schema="ext4-fleet-audit/probe-result/v1", kernel="k", duration_s=1.0)
         (run / "probe" / (name + ".json")).write_text(json.dumps(rec))
-        (run / "hosts" / (name + ".json")).write_text(json.dumps({"host": name, "kernel": kernel(upstream), "findings": []}))
+        (run / "hosts" / (name + ".json")).write_text(json.dumps(
+            {"schema": cli.reports.HOST_SCHEMA, "status": "audited", "host": name, "kernel": kernel(upstream), "findings": []}))
     argv = ["kernel-gate", str(run), "--baseline", "old", "--candidate", "new"]
     assert cli.main(argv) == 1
     assert "new kernel record CVE-2025-22113 (crash/BUG)" in capsys.readouterr().out

@@ -361,8 +361,9 @@ def test_probe_sections_confirmations_and_escalation(probe_run):
     (json.dumps({"host": "db-1", "status": "exploded"}), "status 'exploded' is not one of"),
     (json.dumps({"host": "db-1", "status": "ran", "result": None}), "status is ran but there is no result"),
     (json.dumps({"host": "db-1", "status": "ran", "result": {"schema": "other"}}), "is not a ext4-fleet-audit/probe"),
-    (json.dumps(dict(record("db-1"), host=None)), "no host name"),
-    (json.dumps(record("db-1", confirmations=[dict(measured("xattr_set", 2.0), ratio="2x")])), "not a number"),
+    (json.dumps(dict(record("db-1"), host=None)), "1.json: $.host: Expected `str`, got `null`"),
+    (json.dumps(record("db-1", confirmations=[dict(measured("xattr_set", 2.0), ratio="2x")])),
+     "(host 'db-1'): $.result.confirmations[0].ratio: Expected `float | null`, got `str`"),
 ], ids=["not-json", "unknown-status", "ran-without-result", "other-schema", "no-host", "ratio-not-a-number"])
 def test_corrupt_probe_record_exits_2(tmp_path, content, message):
     path = str(tmp_path / "run")

@@ -52,7 +52,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE]  # deployed beside it; in the collection a link to plugins/module_utils
 import ext4_parsers  # noqa: E402  (shipped beside this file)
 
-RESULT_SCHEMA = "ext4-fleet-audit/probe-result/v1"
+RESULT_SCHEMA = ext4_parsers.PROBE_RESULT_SCHEMA
 JOB_SCHEMA = "ext4-fleet-audit/probe-job/v1"
 MARKER = ".ext4-audit-probe"  # a scratch directory without it is not ours: refuse to touch it
 EXIT_CODES = {"ok": 0, "partial": 0, "error": 1, "refused": 4}  # by result status; 2: bad job, 3: signal
@@ -1173,7 +1173,7 @@ class Confirmations:
     same workload, fresh scratch filesystems, repetitions alternating risky and safe."""
 
     DISK = 4 << 30  # sparse; room for the 1 GiB journal of the xattr probe's safe side
-    PROBES = ("rename_over_existing", "buffered_write_fsync", "xattr_set", "netfs_mkdir_existing")
+    PROBES = ext4_parsers.CONFIRMATION_PROBES
 
     def __init__(self, scratch, images, netfs, repetitions, deadline):
         self.scratch, self.images = scratch, images

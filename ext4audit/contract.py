@@ -1,0 +1,574 @@
+"""The records that cross a boundary, as typed models: what each file of a run folder holds, and
+the waiver file and rule catalog a site writes. One place for their shape; schemas/*.json are
+generated from these models (`make schemas`: write_schemas()) and published with the docs.
+
+Readers decode through them with check(): a record that is not of its model's shape is a
+ContractError naming the file, the host and the field ($.filesystems[0].options). The readers
+keep the plain JSON values they read (the reports carry a host's facts on as they came, with
+keys this version does not know), so the models check, and the code reads dicts.
+
+Forward compatibility: a record may carry keys its model does not name (a newer writer's), and
+they are kept; the waiver file and rule catalog are the exception, where an unknown (misspelt)
+field is refused because it would change what is waived or checked.
+
+The constants that both sides of the audit need (the facts and probe-result schema ids, the
+confirmation probe ids, the network filesystem types) live in the target-side module_utils
+(plugins/module_utils/ext4_parsers.py): target code cannot import this package.
+"""
+
+import datetime
+import json
+import os
+import re
+import typing
+from typing import Any, Dict, List, Literal, Optional, Tuple
+
+import msgspec
+from msgspec import Meta, Struct
+
+from . import ROOT, SEVERITIES, fact_paths
+from .parsers import ext4_parsers
+
+FACTS_SCHEMA = ext4_parsers.FACTS_SCHEMA
+PROBE_RESULT_SCHEMA = ext4_parsers.PROBE_RESULT_SCHEMA
+PROBES = ext4_parsers.CONFIRMATION_PROBES
+HOST_REPORT_SCHEMA = "ext4-fleet-audit/host-report/v1"
+SUMMARY_SCHEMA = "ext4-fleet-audit/summary/v1"
+PROBE_PLAN_SCHEMA = "ext4-fleet-audit/probe-plan/v1"
+KERNEL_GATE_SCHEMA = "ext4-fleet-audit/kernel-gate/v1"
+RULES_SCHEMA = "ext4-fleet-audit/rules/v1"
+
+HOST_STATUSES = ("audited", "unreachable", "failed")  # what roles/ext4_audit/tasks/facts.yml writes
+# A host's probe record (roles/chopper_probe/tasks/run.yml sets it from the probe's exit code):
+# ran (ok or partial), skipped (nothing to replicate, check mode), refused (its scratch path is
+# not its own, or another probe runs on the host), failed (an error, a signal, no result),
+# unreachable.
+PROBE_STATUSES = ("ran", "skipped", "refused", "failed", "unreachable")
+VERDICTS = ("pass", "fail", "incomplete")
+RULE_SCOPES = tuple(fact_paths.BY_SCOPE)
+RULE_KINDS = ("data-safety", "performance", "operability")  # what a rule's finding puts at risk
+
+Severity = Literal[SEVERITIES]
+Name = typing.Annotated[str, Meta(min_length=1)]
+# patterns, and how an error message names them
+STAMP_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"
+RULE_ID_PATTERN = r"^[A-Z][A-Z0-9_]*$"
+RECORD_ID_PATTERN = r"^CVE-\d{4}-\d{4,}$"
+PATTERNS = {STAMP_PATTERN: "a moment in UTC (YYYY-MM-DDTHH:MM:SSZ)",
+            RULE_ID_PATTERN: "a rule id (upper-case letters, digits and _)",
+            RECORD_ID_PATTERN: "a CVE id (CVE-YYYY-NNNN)"}
+Stamp = typing.Annotated[str, Meta(pattern=STAMP_PATTERN, description=PATTERNS[STAMP_PATTERN])]
+Object = Dict[str, Any]
+
+
+class ContractError(ValueError):
+    """A record that is not of its model's shape; the message names the file, host and field."""
+
+
+# ------------------------------------------------------------------ facts record v1
+class Kernel(Struct):
+    """The host's kernel as plugins/module_utils/kernel_version.py identifies it."""
+    release: Optional[str] = None
+    upstream: Optional[str] = None
+    vendor: Optional[str] = None
+    vendor_version: Optional[str] = None
+    page_size: Optional[int] = None
+    backports: Optional[bool] = None
+    notes: Optional[List[str]] = None
+
+
+class Superblock(Struct):
+    """dumpe2fs -h, parsed (ext4_parsers.parse_dumpe2fs); more keys than these are kept."""
+    block_size: Optional[int] = None
+    block_count: Optional[int] = None
+    blocks_per_group: Optional[int] = None
+    inode_size: Optional[int] = None
+    journal_bytes: Optional[int] = None
+    raid_stride: Optional[int] = None
+    raid_stripe_width: Optional[int] = None
+    features: Optional[List[str]] = None
+
+
+class Filesystem(Struct):
+    """One mounted ext4 filesystem: its effective options and what was read about it."""
+    mountpoint: str
+    device: Optional[str] = None
+    fstype: Optional[str] = None
+    options: Optional[List[str]] = None
+    options_source: Optional[str] = None
+    superblock: Optional[Superblock] = None
+    queue: Optional[Object] = None
+    jbd2: Optional[Object] = None
+    fstab: Optional[Object] = None
+    fstab_drift: Optional[List[Any]] = None
+
+
+class NetworkMount(Struct):
+    """A network filesystem mount (ext4_parsers.NETFS_TYPES)."""
+    mountpoint: str
+    fstype: Optional[str] = None
+    source: Optional[str] = None
+    options: Optional[List[str]] = None
+
+
+class ReadError(Struct):
+    """Something that could not be read, and why."""
+    where: str
+    reason: str
+
+
+class Facts(Struct):
+    """What library/ext4_facts.py returns as ext4_facts."""
+    schema: Literal[FACTS_SCHEMA]
+    kernel: Kernel
+    filesystems: List[Filesystem]
+    netfs: List[NetworkMount]
+    errors: Optional[List[ReadError]] = None
+
+
+class FactsRecord(Struct):
+    """reports/<run>/facts/<host>-<hash>.json: what was collected from a host, or why not."""
+    host: Name
+    status: Literal[HOST_STATUSES]
+    groups: Optional[List[str]] = None
+    reason: Optional[str] = None
+    policy: Optional[Object] = None
+    facts: Optional[Facts] = None
+
+
+# ------------------------------------------------------------------ probe result and record
+class Replica(Struct):
+    """How the probe rebuilt the audited filesystem on scratch."""
+    mount_options: Optional[str] = None
+    mkfs_args: Optional[List[str]] = None
+    adjustments: Optional[List[Any]] = None
+
+
+class Confirmation(Struct):
+    """One confirmation probe's measurement: the risky option set against the safe one."""
+    id: str
+    seed: Optional[str] = None
+    status: Optional[str] = None
+    reason: Optional[str] = None
+    metric: Optional[str] = None
+    unit: Optional[str] = None
+    mountpoint: Optional[str] = None
+    repetitions: Optional[int] = None
+    ratio: Optional[float] = None
+    ratio_spread: Optional[Tuple[float, float]] = None
+
+
+class Sweep(Struct):
+    """The sweep over the plan's treatments (runs pair with the plan by id)."""
+    runs: List[Object] = []
+    errors: List[Any] = []
+    stopped_by: Optional[str] = None
+
+
+class AllocatorEffect(Struct, forbid_unknown_fields=True):
+    """Trigger against control: d-span quantile ratios and the tail shares (null: not measured)."""
+    dspan_p50_ratio: Optional[float]
+    dspan_p90_ratio: Optional[float]
+    tail_share_trigger: Optional[float]
+    tail_share_control: Optional[float]
+
+
+class AllocatorIssue(Struct):
+    """A paired trigger-against-control experiment for one of Chopper's allocator issues."""
+    id: str
+    name: str
+    verdict: Literal["present", "absent", "inconclusive"]
+    reason: Optional[str]
+    pairs: typing.Annotated[int, Meta(ge=0)]
+    effect: AllocatorEffect
+    p_value: Optional[typing.Annotated[float, Meta(ge=0, le=1)]]
+    test: str
+
+
+class Allocator(Struct):
+    """The allocator experiments (optional: a probe before them, or one stopped before them, has none)."""
+    status: Literal["ran", "skipped", "error"]
+    reason: Optional[str]
+    issues: List[AllocatorIssue]
+
+
+class ProbeResult(Struct):
+    """What the probe (roles/chopper_probe/files/ext4_probe.py) writes as its OUT.json."""
+    schema: Literal[PROBE_RESULT_SCHEMA]
+    status: Optional[str] = None
+    reason: Optional[str] = None
+    kernel: Optional[str] = None
+    duration_s: Optional[float] = None
+    replica: Optional[Replica] = None
+    sweep: Optional[Sweep] = None
+    confirmations: List[Confirmation] = []
+    allocator: Optional[Allocator] = None
+
+
+class ProbeRecord(Struct):
+    """reports/<run>/probe/<host>-<hash>.json: the playbook's record of a host's probe."""
+    host: Name
+    status: Literal[PROBE_STATUSES]
+    reason: Optional[str] = None
+    mountpoint: Optional[str] = None
+    result: Optional[ProbeResult] = None
+
+
+class ProbePlan(Struct):
+    """reports/<run>/probe/plan.json: the seeded Latin hypercube plan (probe.make_plan)."""
+    schema: Literal[PROBE_PLAN_SCHEMA]
+    factors: Dict[str, List[Any]]
+    treatments: List[Object]
+    seed: Optional[int] = None
+    runs: Optional[int] = None
+    level_set: Optional[str] = None
+
+
+# ------------------------------------------------------------------ host report
+class WaiverMark(Struct):
+    """The waiver a finding matched: active (it is waived) or expired."""
+    expires: Stamp
+    rule: Optional[str] = None
+    justification: Optional[str] = None
+    approver: Optional[str] = None
+    status: Optional[Literal["active", "expired"]] = None
+
+
+class FindingConfirmation(Struct):
+    """What the probe measured for a finding whose rule has a confirmation."""
+    probe: str
+    status: Literal["confirmed", "not_reproduced", "not_measured"]
+    ratio: Optional[float] = None
+    spread: Optional[Tuple[float, float]] = None
+    threshold: Optional[float] = None
+    probed_mountpoint: Optional[str] = None
+    metric: Optional[str] = None
+    reason: Optional[str] = None
+
+
+class Finding(Struct):
+    """A rule that fired on a host (host-wide: no device or mount point)."""
+    rule: str
+    severity: Severity
+    waived: bool
+    waiver: Optional[WaiverMark] = None
+    device: Optional[str] = None
+    mountpoint: Optional[str] = None
+    message: Optional[str] = None
+    title: Optional[str] = None
+    base_severity: Optional[Severity] = None
+    escalated_because: Optional[str] = None
+    evidence: Optional[Object] = None
+    remediation: Optional[Object] = None
+    references: Optional[List[Any]] = None
+    tags: Optional[List[str]] = None
+    seed: Optional[str] = None
+    confirmation: Optional[FindingConfirmation] = None
+    baseline: Optional[Literal["new", "persisting"]] = None
+
+
+class Policy(Struct):
+    """The host's policy (group_vars, host_vars, -e), as the report applied it."""
+    fail_on: Severity
+    rules_select: Optional[List[str]] = None
+    rules_skip: Optional[List[str]] = None
+    severity_overrides: Optional[Object] = None
+
+
+class ProbeSection(Struct):
+    """A host report's probe: its record and the analysis of its sweep."""
+    status: Literal[PROBE_STATUSES]
+    confirmations: List[Confirmation]
+    errors: List[str]
+    reason: Optional[str] = None
+    mountpoint: Optional[str] = None
+    kernel: Optional[str] = None
+    duration_s: Optional[float] = None
+    replica: Optional[Replica] = None
+    sweep: Optional[Object] = None
+    allocator: Optional[Allocator] = None
+
+
+class HostReport(Struct):
+    """reports/<run>/hosts/<host>.json."""
+    schema: Literal[HOST_REPORT_SCHEMA]
+    host: Name
+    status: Literal[HOST_STATUSES]
+    findings: List[Finding]
+    run_id: Optional[str] = None
+    generated_at: Optional[Stamp] = None
+    groups: Optional[List[str]] = None
+    reason: Optional[str] = None
+    policy: Optional[Policy] = None
+    skipped: Optional[List[Object]] = None
+    kernel: Optional[Kernel] = None
+    filesystems: Optional[List[Filesystem]] = None
+    netfs: Optional[List[NetworkMount]] = None
+    undetermined: Optional[List[Object]] = None
+    passed: Optional[List[Object]] = None
+    expired_waivers: Optional[List[Object]] = None
+    errors: Optional[List[ReadError]] = None
+    probe: Optional[ProbeSection] = None
+
+
+# ------------------------------------------------------------------ summary
+class SummaryPolicy(Struct):
+    fail_on: Severity
+    unreachable_is_incomplete: bool
+    fail_on_new: bool
+
+
+class Counts(Struct):
+    by_severity: Dict[Severity, int]
+    by_rule: Dict[str, int]
+    waived: int
+    undetermined: int
+    hosts: int
+    hosts_audited: int
+
+
+class HostRow(Struct):
+    """A host's row: what the end-of-run table shows."""
+    host: str
+    status: str
+    fail_on: Optional[Severity] = None
+    worst: Optional[Severity] = None
+    findings: Optional[int] = None
+    failing: Optional[int] = None
+    new: Optional[int] = None
+    waived: Optional[int] = None
+    errors: Optional[int] = None
+    undetermined: Optional[int] = None
+    unresolved: Optional[List[str]] = None
+    probe: Optional[str] = None
+
+
+class HostNotAudited(Struct):
+    host: str
+    status: str
+    reason: Optional[str] = None
+
+
+class SummaryProbe(Struct):
+    hosts: List[Object]
+    failed: List[Object]
+
+
+class BaselineDiff(Struct):
+    """What changed since the baseline run (baseline.diff)."""
+    run_id: str
+    new: List[Object]
+    resolved: List[Object]
+    persisting: int
+    hosts_added: List[str]
+    hosts_removed: List[str]
+    path: Optional[str] = None
+    hosts_not_compared: Optional[List[Object]] = None
+
+
+class Summary(Struct):
+    """reports/<run>/summary.json: the verdict; written last, so its presence marks a complete run."""
+    schema: Literal[SUMMARY_SCHEMA]
+    hosts: List[HostRow]
+    run_id: Optional[str] = None
+    generated_at: Optional[Stamp] = None
+    policy: Optional[SummaryPolicy] = None
+    verdict: Optional[Literal[VERDICTS]] = None
+    reason: Optional[str] = None
+    counts: Optional[Counts] = None
+    hosts_not_audited: Optional[List[HostNotAudited]] = None
+    expired_waivers: Optional[List[Object]] = None
+    probe: Optional[SummaryProbe] = None
+    baseline: Optional[BaselineDiff] = None
+
+
+# ------------------------------------------------------------------ kernel gate
+class GateSide(Struct):
+    host: str
+    kernel: Optional[str] = None
+    upstream: Optional[str] = None
+
+
+class GateFinding(Struct):
+    rule: str
+    mountpoint: Optional[str] = None
+
+
+class KernelGate(Struct):
+    """reports/<run>/kernel_gate.json (python -m ext4audit kernel-gate)."""
+    schema: Literal[KERNEL_GATE_SCHEMA]
+    verdict: Literal[VERDICTS]
+    baseline: GateSide
+    candidate: GateSide
+    reason: Optional[str] = None
+    policy: Optional[Object] = None
+    dspan: Optional[Object] = None
+    confirmations: List[Object] = []
+    new_findings: List[GateFinding] = []
+    failed_checks: List[str] = []
+    kernel_records: Optional[Object] = None
+
+
+# ------------------------------------------------------------------ waiver file (YAML)
+class Waiver(Struct, forbid_unknown_fields=True):
+    """One accepted finding (ext4audit/waivers.py): no other fields, a misspelt one would widen it."""
+    rule: str
+    justification: Name
+    approver: Name
+    expires: datetime.date
+    hosts: Optional[List[Name]] = None
+    groups: Optional[List[Name]] = None
+    mountpoints: Optional[List[Name]] = None
+    records: Optional[typing.Annotated[List[typing.Annotated[str, Meta(pattern=RECORD_ID_PATTERN)]],
+                                       Meta(min_length=1)]] = None
+
+
+class WaiverFile(Struct, forbid_unknown_fields=True):
+    """The waiver file (inventory folder, waivers.yml)."""
+    waivers: Optional[List[Waiver]] = None
+
+
+# ------------------------------------------------------------------ rule catalog (YAML)
+class Remediation(Struct):
+    steps: str
+    cost: str
+
+
+class Escalation(Struct, forbid_unknown_fields=True):
+    when: Object
+    severity: Severity
+    because: str
+
+
+class RuleConfirmation(Struct, forbid_unknown_fields=True):
+    """The probe measurement that turns the rule's finding into a measured one."""
+    probe: Literal[PROBES]
+    confirmed_at: typing.Annotated[float, Meta(gt=1)]
+    escalate_to: Severity
+
+
+class Rule(Struct, forbid_unknown_fields=True):
+    """A catalog rule (rules/catalog.yml, or a site rule file); `when` is a predicate of
+    ext4audit/engine.py over the fact paths of ext4audit/fact_paths.py."""
+    id: typing.Annotated[str, Meta(pattern=RULE_ID_PATTERN)]
+    title: str
+    scope: Literal[RULE_SCOPES]
+    kind: Literal[RULE_KINDS]
+    severity: Severity
+    when: Object
+    message: str
+    rationale: str
+    remediation: Remediation
+    references: List[Any]
+    tags: List[Name]
+    seed: Optional[str] = None
+    escalate: Optional[List[Escalation]] = None
+    confirmation: Optional[RuleConfirmation] = None
+    overrides: Optional[bool] = None
+
+
+class RuleFile(Struct, forbid_unknown_fields=True):
+    """rules/catalog.yml, or a site rule file."""
+    rules: List[Rule]
+    schema: Literal[RULES_SCHEMA] = RULES_SCHEMA
+
+
+# ------------------------------------------------------------------ decoding
+def check(doc, model, where):
+    """doc (JSON values) checked against model: a ContractError "where (host 'h'): $.field: what
+    is wrong" (the host when the document names one)."""
+    try:
+        msgspec.convert(doc, model, strict=True)
+    except msgspec.ValidationError as exc:
+        host = doc.get("host") if isinstance(doc, dict) else None
+        raise ContractError("%s%s: %s" % (where, " (host %r)" % host if isinstance(host, str) else "",
+                                          explain(exc, model)))
+
+
+_AT = re.compile(r"^(?P<what>.*) - at `(?P<path>[^`]*)`$")
+_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[[^\]]*\]")
+
+
+def explain(exc, model):
+    """msgspec's "Invalid enum value 'x' - at `$.a.b`" as "$.a.b 'x' is not one of ..." (the
+    field first, and what it may be), a wrong schema id as "is not a <schema> document", a
+    pattern by its name (PATTERNS)."""
+    match = _AT.match(str(exc))
+    if not match:
+        return "$: %s" % exc
+    what, path = match.group("what"), match.group("path")
+    choices = _literal_values(_field_type(model, path))
+    value = what[len("Invalid enum value "):] if what.startswith("Invalid enum value ") else None
+    if value is not None and choices and path.endswith(".schema"):
+        return "%s %s is not a %s document" % (path, value, " or ".join(choices))
+    if value is not None and choices:
+        return "%s %s is not one of %s" % (path, value, ", ".join(choices))
+    for pattern, name in PATTERNS.items():
+        what = what.replace("matching regex %r" % pattern, "that is " + name)
+    return "%s: %s" % (path, what)
+
+
+def _field_type(model, path):
+    """The annotated type at a msgspec error path ($.a[0].b) of model; None if it cannot be followed."""
+    kind = model
+    for step in _STEP.finditer(path[1:]):
+        kind = _unwrap(kind)
+        if step.group(1):
+            hints = typing.get_type_hints(kind, include_extras=True) if isinstance(kind, type) else {}
+            if step.group(1) not in hints:
+                return None
+            kind = hints[step.group(1)]
+        else:
+            args = typing.get_args(kind)
+            kind = args[-1] if args else None
+    return _unwrap(kind)
+
+
+def _unwrap(kind):
+    """Optional[X] and Annotated[X, ...] as X."""
+    while True:
+        if typing.get_origin(kind) is typing.Annotated:
+            kind = typing.get_args(kind)[0]
+        elif typing.get_origin(kind) is typing.Union:
+            kinds = [k for k in typing.get_args(kind) if k is not type(None)]
+            if len(kinds) != 1:
+                return kind
+            kind = kinds[0]
+        else:
+            return kind
+
+
+def _literal_values(kind):
+    return [str(v) for v in typing.get_args(kind)] if typing.get_origin(kind) is Literal else []
+
+
+# ------------------------------------------------------------------ published schemas
+# file name in schemas/ -> model; docs/reports.md links each
+SCHEMAS = {
+    "facts-record.json": FactsRecord,
+    "probe-record.json": ProbeRecord,
+    "probe-result.json": ProbeResult,
+    "probe-plan.json": ProbePlan,
+    "host-report.json": HostReport,
+    "summary.json": Summary,
+    "kernel-gate.json": KernelGate,
+    "waivers.json": WaiverFile,
+    "rules.json": RuleFile,
+}
+SCHEMAS_DIR = os.path.join(ROOT, "schemas")
+
+
+def schema_text(name):
+    """The JSON Schema (draft 2020-12) of schemas/<name>, as the file holds it."""
+    model = SCHEMAS[name]
+    doc = dict({"$schema": "https://json-schema.org/draft/2020-12/schema", "title": model.__name__,
+                "description": model.__doc__.strip()}, **msgspec.json.schema(model))
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def write_schemas(folder=SCHEMAS_DIR):
+    """Write every schema to folder (`make schemas`); tests/unit/test_contract.py checks they are current."""
+    os.makedirs(folder, exist_ok=True)
+    for name in SCHEMAS:
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:
+            handle.write(schema_text(name))

@@ -1,0 +1,184 @@
+"""The contract (ext4audit/contract.py): the published JSON Schemas are the models' (regenerated
+here, compared byte for byte), valid JSON Schemas, and true to the shipped rule catalog and
+example waivers; a constant both sides of the audit use exists once, and the Ansible side's
+copies (argument specs, defaults, the modules' documentation) are checked against it."""
+
+import ast
+import json
+import os
+
+import jsonschema
+import msgspec
+import pytest
+import yaml
+
+from conftest import ROOT, module_return_doc
+from ext4audit import SEVERITIES, catalog as catalog_mod, contract, waivers as waivers_mod
+from ext4audit.parsers import ext4_parsers
+
+
+def _schema(name):
+    with open(os.path.join(contract.SCHEMAS_DIR, name), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _yaml(*parts):
+    with open(os.path.join(ROOT, *parts), encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+def _as_json(doc):
+    """A YAML document as JSON holds it (dates as their ISO text)."""
+    return json.loads(json.dumps(doc, default=lambda value: value.isoformat()))
+
+
+def test_the_published_schemas_are_the_models(tmp_path):
+    contract.write_schemas(str(tmp_path))
+    assert sorted(os.listdir(contract.SCHEMAS_DIR)) == sorted(contract.SCHEMAS), "make schemas"
+    for name in contract.SCHEMAS:
+        with open(os.path.join(contract.SCHEMAS_DIR, name), encoding="utf-8") as published:
+            assert published.read() == (tmp_path / name).read_text(encoding="utf-8"), \
+                "schemas/%s differs from ext4audit/contract.py's model: run make schemas" % name
+
+
+@pytest.mark.parametrize("name", sorted(contract.SCHEMAS))
+def test_each_schema_is_a_valid_json_schema(name):
+    jsonschema.Draft202012Validator.check_schema(_schema(name))
+
+
+def test_the_shipped_catalog_and_example_waivers_match_their_schemas():
+    jsonschema.validate(_as_json(_yaml("rules", "catalog.yml")), _schema("rules.json"))
+    jsonschema.validate(_as_json(_yaml("inventories", "example", "waivers.yml")), _schema("waivers.json"))
+
+
+def test_a_misspelt_waiver_or_rule_field_is_refused_by_the_schema():
+    waiver = {"rule": "R", "justification": "j", "approver": "a", "expires": "2027-01-01", "hostz": ["db"]}
+    with pytest.raises(jsonschema.ValidationError, match="hostz"):
+        jsonschema.validate({"waivers": [waiver]}, _schema("waivers.json"))
+    catalog = _as_json(_yaml("rules", "catalog.yml"))
+    catalog["rules"][0]["serverity"] = "high"
+    with pytest.raises(jsonschema.ValidationError, match="serverity"):
+        jsonschema.validate(catalog, _schema("rules.json"))
+
+
+RECORD = {"host": "db-1", "status": "audited", "groups": ["db"], "reason": None, "added_later": 1,
+          "facts": {"schema": ext4_parsers.FACTS_SCHEMA, "kernel": {"release": "6.1.0"}, "netfs": [],
+                    "filesystems": [{"mountpoint": "/", "options": ["rw"], "superblock": {"inode_size": 256,
+                                                                                         "a_new_key": "x"}}]}}
+
+
+def test_records_may_carry_keys_a_later_version_adds():
+    contract.check(RECORD, contract.FactsRecord, "facts record f.json")
+    jsonschema.validate(RECORD, _schema("facts-record.json"))
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda r: r["facts"]["filesystems"][0].update(options="rw"),
+     "facts record f.json (host 'db-1'): $.facts.filesystems[0].options: Expected `array | null`, got `str`"),
+    (lambda r: r.update(status="lost"),
+     "facts record f.json (host 'db-1'): $.status 'lost' is not one of audited, unreachable, failed"),
+    (lambda r: r["facts"].update(schema="ext4-fleet-audit/facts/v9"),
+     "$.facts.schema 'ext4-fleet-audit/facts/v9' is not a ext4-fleet-audit/facts/v1 document"),
+    (lambda r: r["facts"]["filesystems"][0]["superblock"].update(inode_size=True),
+     "$.facts.filesystems[0].superblock.inode_size: Expected `int | null`, got `bool`"),
+])
+def test_an_error_names_the_file_the_host_and_the_field(change, message):
+    record = json.loads(json.dumps(RECORD))
+    change(record)
+    with pytest.raises(contract.ContractError) as error:
+        contract.check(record, contract.FactsRecord, "facts record f.json")
+    assert message in str(error.value)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(record, _schema("facts-record.json"))
+
+
+ALLOCATOR = {"status": "ran", "reason": None, "issues": [
+    {"id": "A1", "name": "n", "verdict": "present", "reason": None, "pairs": 8, "p_value": 0.01, "test": "wilcoxon",
+     "effect": {"dspan_p50_ratio": 2.0, "dspan_p90_ratio": None, "tail_share_trigger": 0.5, "tail_share_control": 0.1}}]}
+
+
+def test_the_probe_result_may_carry_the_allocator_experiments():
+    record = {"host": "db-1", "status": "ran", "result": {"schema": ext4_parsers.PROBE_RESULT_SCHEMA,
+                                                          "allocator": ALLOCATOR}}
+    contract.check(record, contract.ProbeRecord, "probe file p.json")
+    jsonschema.validate(record, _schema("probe-record.json"))
+    record["result"]["allocator"]["issues"][0]["verdict"] = "maybe"
+    with pytest.raises(contract.ContractError, match=r"\$.result.allocator.issues\[0\].verdict 'maybe' is not one"):
+        contract.check(record, contract.ProbeRecord, "probe file p.json")
+
+
+# ------------------------------------------------------------------ one place for each constant
+def _role_spec(role, entry_point, option):
+    return _yaml("roles", role, "meta", "argument_specs.yml")["argument_specs"][entry_point]["options"][option]
+
+
+def test_the_severity_choices_of_the_roles_are_the_severities():
+    specs = _yaml("roles", "ext4_audit", "meta", "argument_specs.yml")["argument_specs"]
+    choices = [spec["options"]["ext4_audit_fail_on"]["choices"] for spec in specs.values()
+               if "ext4_audit_fail_on" in spec["options"]]
+    assert choices and all(tuple(c) == SEVERITIES for c in choices)
+    [check] = [task for task in _yaml("roles", "ext4_audit", "tasks", "prepare.yml")
+               if task.get("name") == "Check the policy variables"]
+    condition = check["ansible.builtin.assert"]["that"][0]
+    assert condition.startswith("ext4_audit_fail_on in ")
+    assert tuple(ast.literal_eval(condition[len("ext4_audit_fail_on in "):])) == SEVERITIES
+    assert "one of %s (got" % ", ".join(SEVERITIES) in check["ansible.builtin.assert"]["fail_msg"]
+
+
+def test_the_confirmation_probes_are_the_probes():
+    assert tuple(_role_spec("chopper_probe", "main", "chopper_probe_confirmations")["default"]) == contract.PROBES
+    assert tuple(_yaml("roles", "chopper_probe", "defaults", "main.yml")["chopper_probe_confirmations"]) == \
+        contract.PROBES
+    with open(os.path.join(ROOT, "roles", "chopper_probe", "files", "ext4_probe.py"), encoding="utf-8") as handle:
+        probe_source = handle.read()
+    # the probe takes them (and its result's schema id) from ext4_parsers, shipped beside it
+    assert "PROBES = ext4_parsers.CONFIRMATION_PROBES" in probe_source
+    assert "RESULT_SCHEMA = ext4_parsers.PROBE_RESULT_SCHEMA" in probe_source
+    assert probe_source.count("ext4-fleet-audit/probe-result") == 0
+
+
+def test_the_facts_modules_document_the_constants_they_use():
+    for name in ("ext4_facts", "ext4_image_facts"):
+        path = os.path.join(ROOT, "plugins", "modules", name + ".py")
+        assert module_return_doc(path)[name]["contains"]["schema"]["sample"] == ext4_parsers.FACTS_SCHEMA
+        with open(path, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read())
+        [doc] = [node.value.value for node in tree.body if isinstance(node, ast.Assign)
+                 and getattr(node.targets[0], "id", None) == "DOCUMENTATION"]
+        options = yaml.safe_load(doc)["options"]
+        if "netfs_types" in options:
+            assert tuple(options["netfs_types"]["default"]) == ext4_parsers.NETFS_TYPES
+
+
+def test_no_schema_id_is_written_twice():
+    """Each schema id's text is in one file of the code that writes or reads it."""
+    ids = (ext4_parsers.FACTS_SCHEMA, ext4_parsers.PROBE_RESULT_SCHEMA, contract.HOST_REPORT_SCHEMA,
+           contract.SUMMARY_SCHEMA, contract.PROBE_PLAN_SCHEMA, contract.KERNEL_GATE_SCHEMA)
+    code = [os.path.join(folder, name) for top in ("ext4audit", "plugins", "roles")
+            for folder, _, names in os.walk(os.path.join(ROOT, top)) for name in names
+            if name.endswith(".py") and not os.path.islink(os.path.join(folder, name))]
+    for schema_id in ids:
+        holders = []
+        for path in code:
+            with open(path, encoding="utf-8") as handle:
+                if '"%s"' % schema_id in handle.read():
+                    holders.append(os.path.relpath(path, ROOT))
+        assert len(holders) == 1, (schema_id, holders)
+
+
+
+def _fields(model):
+    """(required, all) field names of a model."""
+    fields = msgspec.structs.fields(model)
+    return {f.name for f in fields if f.required}, {f.name for f in fields}
+
+
+def test_the_waiver_and_rule_models_name_the_fields_their_readers_check():
+    """waivers.py and catalog.py check the YAML a site writes with messages that name the entry
+    and the rule; the published schema is the models': the two must agree on the fields."""
+    required, every = _fields(contract.Waiver)
+    assert required == set(waivers_mod.REQUIRED) and every == set(waivers_mod.REQUIRED + waivers_mod.SCOPES
+                                                                   + (waivers_mod.RECORDS,))
+    required, every = _fields(contract.Rule)
+    assert required == set(catalog_mod.REQUIRED) and every == set(catalog_mod.REQUIRED + catalog_mod.OPTIONAL)
+    assert _fields(contract.Escalation)[1] == set(catalog_mod.ESCALATE_FIELDS)
