@@ -91,7 +91,7 @@ def test_antsibull_docs_finds_no_error_in_the_collection_docs():
     assert result.returncode == 0 and not result.stdout.strip(), result.stdout
 
 
-def test_the_collection_ships_readme_docs_role_readmes_and_rule_cases_not_the_site_build(tmp_path):
+def test_the_collection_ships_readme_docs_role_readmes_rule_cases_and_schemas_not_the_site_build(tmp_path):
     subprocess.run([os.path.join(VENV_BIN, "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path),
                     "."], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=True)
     [tarball] = os.listdir(str(tmp_path))
