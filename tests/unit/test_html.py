@@ -261,7 +261,7 @@ def test_probe_plots_for_probed_hosts_only(rendered):
     for title in ("d-span CDF (Chopper Figure 3)", "Factor prioritization (Chopper Figure 4)",
                   "Tail share per factor level (Chopper Figure 5)"):
         assert title in probed
-    assert "d-span of a run (bytes, log scale)" in probed and "chance level" in probed
+    assert "d-span of a run: first to last block of its files (bytes, log scale)" in probed and "chance level" in probed
     assert "<svg" not in host_section(page, 1) and "<svg" not in host_section(page, 2)
     # the CDF has one step per run: 32 runs, 32 distinct d-spans at most
     assert "runs (32)" in probed
