@@ -117,7 +117,7 @@ def prioritization(entries, key):
         fig = _figure(6.4, 0.8 + 0.24 * len(entries))
         ax = fig.add_subplot()
         rows = range(len(entries))
-        ax.barh(rows, [e["s"] for e in entries], color=BLUE, height=0.6, label="explained by the factor (S_i)")
+        ax.barh(rows, [e["s"] for e in entries], color=BLUE, height=0.6, label="share explained by the factor")
         ax.scatter([e["noise_floor"] for e in entries], rows, marker="|", s=160, color="black", zorder=3,
                    label="chance level: what a factor with that many levels gets by chance")
         ax.set_yticks(list(rows), ["%s (%d levels)" % (probe.factor_title(e["factor"]), e["levels"]) for e in entries])
