@@ -123,7 +123,7 @@ def _level_names(sweep):
 
 def _probe_view(section, dspans, index, own=None):
     """The probe block of one host: its numbers and, when drawn, its three plots. own: the
-    host's own levels (probe_actions.own_levels), outlined in the tail plot."""
+    host's own levels (probe_actions.own_levels), marked in the tail plot."""
     from . import plots
 
     sweep = section.get("sweep")

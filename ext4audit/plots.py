@@ -144,8 +144,7 @@ def tail_share(mapping, ranked, runs, key, names=None, own=None, top=4):
     at or above the p90), against the share over all runs (dashed line; about 10%). One axes,
     the factors side by side: a grid of small axes cost several times as much to draw.
     names: {factor: {level label: level name}} (probe.level_names), levels named by what they
-    mean; own: {factor: level label} of the host's own configuration, outlined."""
-    from matplotlib.patches import Patch
+    mean; own: {factor: level label} of the host's own configuration, marked over its bar."""
     from matplotlib.transforms import blended_transform_factory
 
     factors = [e["factor"] for e in ranked if len((mapping or {}).get("factors", {}).get(e["factor"]) or {}) > 1]
@@ -163,10 +162,12 @@ def tail_share(mapping, ranked, runs, key, names=None, own=None, top=4):
         spot, ticks = 0.0, []
         for number, (name, levels) in enumerate(groups):
             spots = [spot + i for i in range(len(levels))]
-            mine = [level == own.get(name) for level in levels]
-            ax.bar(spots, [mapping["factors"][name][level]["tail_share"] for level in levels], width=0.75,
-                   color=(BLUE, GREY)[number % 2], edgecolor=["black" if m else "none" for m in mine],
-                   linewidth=1.5)
+            shares = [mapping["factors"][name][level]["tail_share"] for level in levels]
+            ax.bar(spots, shares, width=0.75, color=(BLUE, GREY)[number % 2])
+            mine = [(x, share) for x, share, level in zip(spots, shares, levels) if level == own.get(name)]
+            if mine:  # a marker over the bar: a level with no tail runs has no bar to outline
+                ax.scatter([x for x, _ in mine], [share + 0.04 for _, share in mine], marker="v", s=30,
+                           color="black", zorder=3, label="your configuration")
             # wrapped to the group's width (about two characters a bar), so neighbours' titles never overlap
             ax.text((spots[0] + spots[-1]) / 2, 1.0, textwrap.fill(probe.factor_title(name), max(8, 2 * len(levels)),
                                                                 break_long_words=False, break_on_hyphens=False),
@@ -174,15 +175,13 @@ def tail_share(mapping, ranked, runs, key, names=None, own=None, top=4):
             ticks += spots
             spot = spots[-1] + 2
         ax.axhline(overall, color=ORANGE, linestyle="--", linewidth=1, label="all runs (%.0f%%)" % (100 * overall))
-        handles = [Patch(facecolor="none", edgecolor="black", linewidth=1.5, label="your configuration")] \
-            if any(own.get(name) in levels for name, levels in groups) else []
         ax.set_xticks(ticks, labels, rotation=90, fontsize=6 if len(ticks) <= 40 else 5)
         ax.set_xlim(-1, spot - 1)
         ax.set_ylim(0, 1)
         ax.yaxis.set_major_formatter(_percent_formatter())
         ax.set_ylabel("runs of the level in the tail (%)")
         ax.grid(axis="x", visible=False)
-        ax.legend(handles=ax.get_legend_handles_labels()[0] + handles, loc="upper right", fontsize=7)
+        ax.legend(loc="upper right", fontsize=7)
         return _svg(fig)
 
 

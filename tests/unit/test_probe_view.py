@@ -244,7 +244,11 @@ def test_plot_axes_name_levels_and_units():
     prioritization = svg_texts(plots["Factor prioritization (Chopper Figure 4)"])
     assert "fsync pattern (16 levels)" in prioritization and "disk size (2 levels)" in prioritization
     assert "share of the d-span's variance the factor explains (%)" in prioritization
-    # the host's own fsync level (every write: it is mounted sync) is outlined; the others are not
-    svg = plots["Tail share per factor level (Chopper Figure 5)"]
-    assert svg.count("stroke: #000000; stroke-width: 1.5") == 2  # its bar and the legend's swatch
+    # the host's own fsync level (every write: it is mounted sync) is marked; a host whose own
+    # levels are not among the plotted factors gets no mark
+    assert "your configuration" in tail
+    report = load(SMALL_JOURNAL)
+    view = report_html._probe_view(report["probe"], [], 0, probe_actions.own_levels(report))
+    assert probe_actions.own_levels(report) == {"DiskSize": "1 GiB"}
+    assert "your configuration" not in svg_texts(dict(view["plots"])["Tail share per factor level (Chopper Figure 5)"])
 
