@@ -267,3 +267,46 @@ def test_scratch_full_through_the_playbook_audit_completes_and_reports_it(loopfs
     markdown = open(os.path.join(str(reports), "latest", "summary.md")).read()
     assert "stopped by scratch full" in markdown and "no space left on the scratch filesystem" in markdown
     assert leftovers(scratch_dir) == NOTHING and os.listdir(small_tmpfs) == []
+
+
+HOLDER = r"""
+import os, sys, time
+target = sys.argv[1]
+deadline = time.monotonic() + 120
+while time.monotonic() < deadline:  # until this process's cwd is inside a mounted run
+    try:
+        os.chdir(target)
+        if os.stat(".").st_dev != os.stat("..").st_dev:
+            print("holding", flush=True)
+            time.sleep(600)
+        os.chdir("/")
+    except OSError:
+        pass
+"""
+
+
+def test_a_run_that_cannot_be_unmounted_stops_the_sweep_and_nothing_is_left(tmp_path):
+    """The sweep unmounts each run in the background while the next one plays (two run slots).
+    A process that keeps its working directory inside a run's mount makes that umount fail
+    (EBUSY): the sweep must stop with the reason instead of mounting the next run over it, and
+    once the holder has gone nothing of the probe's is left."""
+    from ext4audit import probe as plan_mod
+    scratch_dir = str(tmp_path / "probe")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, os.path.join(scratch_dir, "mnt", "run1")],
+                              stdout=subprocess.PIPE, universal_newlines=True)
+    try:
+        result, stderr = run_probe(tmp_path, make_job(scratch_dir, plan=plan_mod.make_plan(7, 256)))
+        assert holder.poll() is None, "the holder never got inside a run's mount"
+    finally:
+        holder.kill()
+        holder.wait()
+    sweep = result["sweep"]
+    print("stopped after %d of %d runs: %s" % (sweep["completed"], sweep["planned"], sweep["errors"]))
+    assert sweep["stopped_by"] == "error", (sweep, stderr[-1000:])
+    assert result["status"] == "partial"
+    assert len(sweep["errors"]) == 1 and "the run before it could not be released from %s/mnt/run" % scratch_dir in sweep["errors"][0], sweep["errors"]
+    assert "Device or resource busy" in sweep["errors"][0]
+    deadline = time.monotonic() + 10  # the lazily detached mount goes when the holder's cwd does
+    while leftovers(scratch_dir) != NOTHING and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert leftovers(scratch_dir) == NOTHING and not os.path.exists(scratch_dir)

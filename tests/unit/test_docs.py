@@ -2,7 +2,7 @@
 missing page or anchor, and a broken one fails the build; the front door stays short with the
 two-command set-up first; each role's README is what tools/role_readme.py generates from its
 argument specs; antsibull-docs finds no error in the modules' and roles' documentation.
-The README and docs pages ship in the collection. About 15 s, most of it antsibull-docs running ansible-doc."""
+The README, the docs pages and the rules' cases ship in the collection. About 15 s, most of it antsibull-docs running ansible-doc."""
 import os
 import shutil
 import subprocess
@@ -88,7 +88,7 @@ def test_antsibull_docs_finds_no_error_in_the_collection_docs():
     assert result.returncode == 0 and not result.stdout.strip(), result.stdout
 
 
-def test_the_collection_ships_readme_docs_and_role_readmes_not_the_site_build(tmp_path):
+def test_the_collection_ships_readme_docs_role_readmes_and_rule_cases_not_the_site_build(tmp_path):
     subprocess.run([os.path.join(VENV_BIN, "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path),
                     "."], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=True)
     [tarball] = os.listdir(str(tmp_path))
@@ -96,5 +96,6 @@ def test_the_collection_ships_readme_docs_and_role_readmes_not_the_site_build(tm
         names = set(archive.getnames())
     pages = {"docs/" + page for page in os.listdir(os.path.join(ROOT, "docs")) if page.endswith(".md")}
     role_readmes = {"roles/%s/README.md" % role for role in role_readme.roles_with_specs()}
-    assert {"README.md"} | pages | role_readmes <= names
+    rule_cases = {"rules/cases/" + name for name in os.listdir(os.path.join(ROOT, "rules", "cases"))}  # docs/rules.md
+    assert {"README.md"} | pages | role_readmes | rule_cases <= names
     assert not {"mkdocs.yml", "tools/mkdocs_hooks.py", "tools/role_readme.py"} & names

@@ -1,4 +1,7 @@
-"""Rule truth tables: the catalog evaluated by the engine over facts built from real fixtures."""
+"""The catalog as a whole and the engine, over facts built from real fixtures: what the defaults
+raise, escalation by the probe, evidence order, undetermined lists, combinators and the catalog's
+validation. Each rule's own facts-in, findings-out cases are beside it in rules/cases/
+(test_rule_cases.py runs them); facts() and with_options() here also serve the report tests."""
 
 import copy
 import os
@@ -52,58 +55,6 @@ def test_defaults_give_only_informational_findings():
     assert rules(facts()) == {"EXT4_AUTO_DA_ALLOC_RENAME": "info", "EXT4_ERRORS_CONTINUE": "info"}
 
 
-@pytest.mark.parametrize("options, expected", [
-    (["noauto_da_alloc"], {}),
-    (["nodelalloc"], {}),  # 6.18 ignores dioread_nolock without delalloc (c8980e1980cc)
-    (["nodioread_nolock", "nodelalloc"], {}),
-    (["data=journal", "nodelalloc", "nodioread_nolock"], {"EXT4_DATA_JOURNAL": "low"}),
-    (["data=writeback"], {"EXT4_DATA_WRITEBACK": "high"}),
-    (["nobarrier"], {"EXT4_NOBARRIER": "medium", "EXT4_AUTO_DA_ALLOC_RENAME": "info"}),
-    (["commit=60"], {"EXT4_LONG_COMMIT": "medium", "EXT4_AUTO_DA_ALLOC_RENAME": "info"}),
-    (["commit=59"], {"EXT4_AUTO_DA_ALLOC_RENAME": "info"}),
-    (["discard"], {"EXT4_ONLINE_DISCARD": "low", "EXT4_AUTO_DA_ALLOC_RENAME": "info"}),
-    (["errors=remount-ro"], {"EXT4_AUTO_DA_ALLOC_RENAME": "info", "ERRORS": None}),
-    (["journal_async_commit", "data=writeback"], {"EXT4_JOURNAL_ASYNC_COMMIT": "high", "EXT4_DATA_WRITEBACK": "high"}),
-])
-def test_option_truth_table(options, expected):
-    found = rules(facts(options=with_options(*options)))
-    found.pop("EXT4_ERRORS_CONTINUE", None)
-    expected = dict((k, v) for k, v in expected.items() if k != "ERRORS")
-    if "data=ordered" in with_options(*options) and "nodelalloc" not in options and "noauto_da_alloc" not in options:
-        expected.setdefault("EXT4_AUTO_DA_ALLOC_RENAME", "info")
-    assert found == expected
-
-
-def test_nobarrier_on_write_back_cache_is_high():
-    found = rules(facts(options=with_options("nobarrier"), queue={"write_cache": "write back"}))
-    assert found["EXT4_NOBARRIER"] == "high"
-
-
-@pytest.mark.parametrize("release, proc_version, severity", [
-    ("4.19.24-8.al7.x86_64", "", None),          # the seed's Alibaba range starts at 4.19.24-9.al7
-    ("4.19.24-9.al7.x86_64", "", "medium"),
-    ("4.19.91-25.al7.x86_64", "", "medium"),
-    ("4.19.91-26.al7.x86_64", "", None),         # fixed build
-    ("2.6.33", "", None),                        # before dioread_nolock existed (744692dc0598, 2.6.34)
-    ("2.6.34", "", "medium"),
-    ("5.4.100", "", "medium"),                   # explicit dioread_nolock before 5.6: same write path
-    ("5.6.12", "", "medium"),                    # upstream before c8980e1980cc
-    ("5.6.13", "", None),                        # ignores dioread_nolock without delalloc
-    ("5.7.0", "", None),
-    ("6.1.0-17-amd64", "Linux version 6.1.0-17-amd64 #1 SMP PREEMPT_DYNAMIC Debian 6.1.69-1 (2023-12-30)", None),
-])
-def test_dioread_nolock_nodelalloc_by_kernel(release, proc_version, severity):
-    found = rules(facts(options=with_options("nodelalloc"), kernel=kernel(release, proc_version)))
-    assert found.get("EXT4_DIOREAD_NOLOCK_NODELALLOC") == severity
-
-
-def test_dioread_nolock_nodelalloc_on_rhel_is_undetermined_not_guessed():
-    findings, undetermined, _ = engine.evaluate_host(
-        facts(options=with_options("nodelalloc"), kernel=kernel("4.18.0-513.5.1.el8_9.x86_64")), CATALOG)
-    assert "EXT4_DIOREAD_NOLOCK_NODELALLOC" not in [f["rule"] for f in findings]
-    assert "EXT4_DIOREAD_NOLOCK_NODELALLOC" in [u["rule"] for u in undetermined]
-
-
 def confirmed(fact_tree, rule_id, ratio):
     """The rule's severity after the probe measured `ratio` for its confirmation on /data."""
     findings = engine.evaluate_host(fact_tree, CATALOG)[0]
@@ -133,98 +84,6 @@ def test_no_performance_rule_fails_the_default_gate_statically():
             assert all(level in ("info", "low", "medium") for level in levels), rule["id"]
 
 
-@pytest.mark.parametrize("journal_blocks, options, severity", [
-    (16384, (), None),            # 64 MiB: the default for 2 GiB
-    (8192, ("nodioread_nolock",), "low"),     # half the default, no dioread_nolock
-    (8192, (), "medium"),         # half, dioread_nolock in effect on >= 5.6
-    (4097, ("nodioread_nolock",), "low"),     # just above a quarter
-    (4096, ("nodioread_nolock",), "medium"),  # a quarter: performance, so medium at most
-    (1024, (), "medium"),         # 4 MiB
-])
-def test_small_journal(journal_blocks, options, severity):
-    sb = copy.deepcopy(DEFAULT_SB)
-    sb["journal_blocks"], sb["journal_bytes"] = journal_blocks, journal_blocks * 4096
-    assert rules(facts(sb=sb, options=with_options(*options))).get("EXT4_SMALL_JOURNAL") == severity
-
-
-def test_real_old_superblocks():
-    # CentOS 7: 50 GiB with a 128 MiB journal (default would be 256 MiB); a 300 GiB LUKS volume with 128 MiB.
-    centos = p.parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.42-centos7-root-orphan.txt"))
-    assert rules(facts(sb=centos, options=with_options("nodioread_nolock")))["EXT4_SMALL_JOURNAL"] == "low"
-    # EL7-era 128 MiB journal on a filesystem of 128 GiB or more (default 1 GiB): medium, not high.
-    luks = p.parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.45-luks-music-journal-128m.txt"))
-    assert luks["block_count"] * luks["block_size"] >= 128 << 30 and luks["journal_bytes"] == 128 << 20
-    assert rules(facts(sb=luks))["EXT4_SMALL_JOURNAL"] == "medium"
-
-
-def test_inode_128_escalates_with_small_journal():
-    sb = p.parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.47-small-journal-inode128.txt"))
-    found = rules(facts(sb=sb))
-    assert found["EXT4_INODE_128"] == "medium" and found["EXT4_SMALL_JOURNAL"] == "medium"
-    sb["journal_blocks"], sb["journal_bytes"] = 16384, 64 << 20
-    assert rules(facts(sb=sb))["EXT4_INODE_128"] == "low"
-
-
-def test_no_journal_from_superblock_or_options():
-    sb = p.parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.47-nojournal.txt"))
-    options = p.parse_ext4_options(fixture_text("ext4_options", "kernel-6.18-nojournal.txt"))
-    assert rules(facts(sb=sb, options=options))["EXT4_NO_JOURNAL"] == "medium"
-    # dumpe2fs could not run (as on this machine's root): the complete option list still tells.
-    assert rules(facts(sb=False, options=options))["EXT4_NO_JOURNAL"] == "medium"
-
-
-def test_missing_superblock_is_undetermined_not_clean():
-    findings, undetermined, passed = engine.evaluate_host(facts(sb=False), CATALOG)
-    missing = dict((u["rule"], u["missing"]) for u in undetermined)
-    assert missing["EXT4_INODE_128"] == ["sb.inode_size"]
-    assert "EXT4_SMALL_JOURNAL" in missing
-    assert "EXT4_INODE_128" not in [f["rule"] for f in findings]
-
-
-@pytest.mark.parametrize("release, proc_version, expected", [
-    ("6.1.0-14-amd64", "Linux version 6.1.0-14-amd64 #1 SMP PREEMPT_DYNAMIC Debian 6.1.64-1 (2023-11-30)", True),
-    ("6.1.0-15-amd64", "Linux version 6.1.0-15-amd64 #1 SMP PREEMPT_DYNAMIC Debian 6.1.66-1 (2023-12-09)", False),
-    ("6.1.65", "", True),
-    ("6.1.63", "", False),
-])
-def test_dio_corruption_kernel(release, proc_version, expected):
-    found = rules(facts(kernel=kernel(release, proc_version)))
-    assert ("KERNEL_DIO_CORRUPTION_6_1_64" in found) == expected
-    if expected:
-        assert found["KERNEL_DIO_CORRUPTION_6_1_64"] == "critical"
-
-
-def test_kernel_issue_on_backporting_vendor_is_undetermined():
-    findings, undetermined, passed = engine.evaluate_host(
-        facts(kernel=kernel("4.18.0-513.5.1.el8_9.x86_64")), CATALOG)
-    assert "KERNEL_DIO_CORRUPTION_6_1_64" in [u["rule"] for u in undetermined]
-    assert "KERNEL_DIO_CORRUPTION_6_1_64" not in [f["rule"] for f in findings]
-
-
-def test_stripe_rule_needs_kernel_and_stripe():
-    striped = with_options("stripe=64")
-    assert rules(facts(options=striped, kernel=kernel("6.6.10")))["KERNEL_STRIPE_ALLOC_SPIN"] == "medium"
-    assert "KERNEL_STRIPE_ALLOC_SPIN" not in rules(facts(options=striped, kernel=kernel("6.8.1")))
-    assert "KERNEL_STRIPE_ALLOC_SPIN" not in rules(facts(kernel=kernel("6.6.10")))  # stripe=0
-
-
-def test_mb_optimize_scan_by_groups_and_option():
-    # 2 GiB, 32768 blocks per group -> 16 groups: mb_optimize_scan on by default.
-    assert rules(facts(kernel=kernel("5.15.40")))["KERNEL_MB_OPTIMIZE_SCAN_REGRESSION"] == "low"
-    assert "KERNEL_MB_OPTIMIZE_SCAN_REGRESSION" not in rules(
-        facts(kernel=kernel("5.15.40"), options=with_options("mb_optimize_scan=0")))
-    assert "KERNEL_MB_OPTIMIZE_SCAN_REGRESSION" not in rules(facts(kernel=kernel("6.1.70")))
-
-
-def test_fast_commit_and_subpage():
-    sb = p.parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.47-fast-commit-stride.txt"))
-    assert rules(facts(sb=sb, kernel=kernel("5.15.100")))["KERNEL_FAST_COMMIT_EARLY"] == "medium"
-    assert "KERNEL_FAST_COMMIT_EARLY" not in rules(facts(sb=sb, kernel=kernel("6.6.1")))
-    arm = dict(kernel("5.8.0"), page_size=65536)
-    assert rules(facts(kernel=arm))["KERNEL_DIOREAD_NOLOCK_SUBPAGE"] == "high"
-    assert "KERNEL_DIOREAD_NOLOCK_SUBPAGE" not in rules(facts(kernel=kernel("5.8.0")))
-
-
 def test_journal_checksum_v2_is_not_a_finding():
     # set_journal_csum_feature_set() clears CSUM_V2 from the journal on every journalled mount
     # (since journal checksum v3, db9ee220361d, 2014): a filesystem mounted by any kernel the
@@ -232,23 +91,6 @@ def test_journal_checksum_v2_is_not_a_finding():
     sb = copy.deepcopy(DEFAULT_SB)
     sb["journal_features"] = ["journal_incompat_revoke", "journal_checksum_v2"]
     assert rules(facts(sb=sb)) == rules(facts())
-
-
-def test_fstab_drift_and_netfs():
-    drift = [{"option": "errors=remount-ro", "wanted": "remount-ro", "effective": "continue"}]
-    findings, _, _ = engine.evaluate_host(facts(fstab_drift=drift), CATALOG)
-    message = [f for f in findings if f["rule"] == "EXT4_FSTAB_DRIFT"][0]["message"]
-    assert message == "/data: fstab line 3 asks for errors=remount-ro (in effect: continue)."
-    netfs = [{"mountpoint": "/home", "fstype": "nfs4", "source": "nfs:/export", "options": ["rw"]}]
-    found = engine.evaluate_host(facts(netfs=netfs), CATALOG)[0]
-    assert [f for f in found if f["rule"] == "NETFS_METADATA_ROUNDTRIP"][0]["mountpoint"] == "/home"
-
-
-def test_evidence_names_the_facts():
-    findings, _, _ = engine.evaluate_host(facts(options=with_options("nodelalloc"), kernel=kernel("5.6.12")), CATALOG)
-    combo = [f for f in findings if f["rule"] == "EXT4_DIOREAD_NOLOCK_NODELALLOC"][0]
-    assert combo["evidence"] == {"opt.dioread_nolock": True, "opt.delalloc": False,
-                                 "kernel_issue.DIOREAD_NOLOCK_NODELALLOC_UNMERGED": True}
 
 
 def test_evidence_order_and_missing_lists_are_pinned():
@@ -331,139 +173,6 @@ def test_catalog_validation(tmp_path, broken, message):
     (tmp_path / "kernel_issues.yml").write_text(open(os.path.join(catalog_mod.RULES_DIR, "kernel_issues.yml")).read())
     with pytest.raises(catalog_mod.CatalogError, match=message):
         catalog_mod.load(str(tmp_path))
-
-
-# ------------------------------------------------------------ the traps added in the catalog review
-def sb_with(**changes):
-    sb = copy.deepcopy(DEFAULT_SB)
-    sb.update(changes)
-    return sb
-
-
-def test_errors_recorded_in_the_superblock():
-    errors = p.parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.47-errors-recorded.txt"))
-    findings = engine.evaluate_host(facts(sb=errors), CATALOG)[0]
-    found = [f for f in findings if f["rule"] == "EXT4_ERRORS_RECORDED"][0]
-    assert found["severity"] == "high"
-    assert found["message"] == '/data: the superblock records errors (state "clean with errors", error count 7).'
-    assert "EXT4_ERRORS_RECORDED" not in rules(facts())
-    # Either sign alone is enough: the state flag or the count.
-    assert rules(facts(sb=sb_with(error_count=1)))["EXT4_ERRORS_RECORDED"] == "high"
-    assert rules(facts(sb=sb_with(state="not clean with errors", error_count=0)))["EXT4_ERRORS_RECORDED"] == "high"
-    assert "EXT4_ERRORS_RECORDED" not in rules(facts(sb=sb_with(state="not clean", error_count=0)))
-
-
-@pytest.mark.parametrize("options, expected", [
-    (["norecovery"], "high"),
-    (["noload"], "high"),
-    (["ro", "norecovery"], None),   # the documented read-only inspection
-    ([], None),
-])
-def test_norecovery_on_a_read_write_mount(options, expected):
-    assert rules(facts(options=with_options(*options))).get("EXT4_NORECOVERY") == expected
-
-
-def test_norecovery_and_data_err_as_the_kernel_prints_them():
-    noload = p.parse_ext4_options(fixture_text("ext4_options", "kernel-6.18-noload.txt"))  # mounted -o noload
-    assert rules(facts(options=noload))["EXT4_NORECOVERY"] == "high"
-    abort = p.parse_ext4_options(fixture_text("ext4_options", "kernel-6.18-data-err-abort.txt"))
-    for options, expected in ((abort, None), (DEFAULT_OPTIONS, "info")):
-        tree = facts(options=options)
-        tree["filesystems"][0]["mountpoint"] = "/var/lib/mysql"
-        assert rules(tree).get("EXT4_DATA_ERR_IGNORE_DATABASE") == expected
-
-
-@pytest.mark.parametrize("free_inodes, expected", [
-    (101, None),        # 89.9% in use
-    (100, "medium"),    # 90%
-    (21, "medium"),     # 97.9%
-    (20, "high"),       # 98%
-    (0, "high"),
-])
-def test_inode_exhaustion(free_inodes, expected):
-    assert rules(facts(sb=sb_with(inode_count=1000, free_inodes=free_inodes))).get(
-        "EXT4_INODES_NEARLY_EXHAUSTED") == expected
-
-
-LIMIT_BLOCKS = 2 ** 32  # 16 TiB at 4 KiB blocks
-
-
-@pytest.mark.parametrize("features_without, block_count, device_bytes, fstype, expected", [
-    ("64bit", LIMIT_BLOCKS // 2 - 1, None, "ext4", None),              # below half the limit
-    ("64bit", LIMIT_BLOCKS // 2, None, "ext4", "low"),                 # 8 TiB: one doubling reaches 16 TiB
-    ("64bit", LIMIT_BLOCKS // 2, LIMIT_BLOCKS * 4096 - 4096, "ext4", "low"),
-    ("64bit", LIMIT_BLOCKS // 2, LIMIT_BLOCKS * 4096, "ext4", "medium"),  # the device is at the limit already
-    ("64bit", 1 << 20, 20 << 40, "ext4", "medium"),                   # small fs on a 20 TiB device
-    (None, LIMIT_BLOCKS // 2, 20 << 40, "ext4", None),                # 64bit present
-    ("64bit", LIMIT_BLOCKS // 2, None, "ext3", None),                 # ext3 cannot take 64bit
-])
-def test_no_64bit_where_the_volume_can_grow_past_16_tib(features_without, block_count, device_bytes, fstype, expected):
-    sb = sb_with(block_count=block_count, features=[f for f in DEFAULT_SB["features"] if f != features_without])
-    tree = facts(sb=sb)
-    tree["filesystems"][0].update(fstype=fstype, device_bytes=device_bytes)
-    assert rules(tree).get("EXT4_NO_64BIT") == expected
-
-
-@pytest.mark.parametrize("mountpoint, options, expected", [
-    ("/var/lib/postgresql", [], "info"),
-    ("/var/lib/postgresql/16/main", [], "info"),
-    ("/var/lib/mysql", ["data_err=abort"], None),
-    ("/var/lib/mysql", ["data=writeback"], None),   # data_err is about ordered mode (EXT4_DATA_WRITEBACK covers this)
-    ("/var/lib/postgresqlx", [], None),
-    ("/data", [], None),
-])
-def test_data_err_ignore_on_database_volumes(mountpoint, options, expected):
-    tree = facts(options=with_options(*options))
-    tree["filesystems"][0]["mountpoint"] = mountpoint
-    assert rules(tree).get("EXT4_DATA_ERR_IGNORE_DATABASE") == expected
-
-
-def test_metadata_csum_absent():
-    no_csum = sb_with(features=[f for f in DEFAULT_SB["features"] if f != "metadata_csum"])
-    assert rules(facts(sb=no_csum))["EXT4_NO_METADATA_CSUM"] == "low"
-    assert "EXT4_NO_METADATA_CSUM" not in rules(facts())
-    ext3 = facts(sb=no_csum)
-    ext3["filesystems"][0]["fstype"] = "ext3"
-    assert "EXT4_NO_METADATA_CSUM" not in rules(ext3)
-
-
-def test_legacy_feature_set():
-    ext3 = p.parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.47-ext3.txt"))
-    findings = engine.evaluate_host(facts(sb=ext3), CATALOG)[0]
-    legacy = [f for f in findings if f["rule"] == "EXT4_LEGACY_FEATURES"][0]
-    assert legacy["severity"] == "low"
-    assert legacy["message"] == "/data: the filesystem lacks extent flex_bg huge_file, which mke2fs gives every ext4."
-    assert "EXT4_LEGACY_FEATURES" not in rules(facts())
-    for feature in ("extent", "flex_bg", "dir_index", "huge_file"):  # each one alone is enough
-        sb = sb_with(features=[f for f in DEFAULT_SB["features"] if f != feature])
-        assert rules(facts(sb=sb))["EXT4_LEGACY_FEATURES"] == "low", feature
-
-
-@pytest.mark.parametrize("mountpoint, reserved_blocks, expected", [
-    ("/data", (16 << 30) // 4096 - 1, None),
-    ("/data", (16 << 30) // 4096, "low"),     # 16 GiB at 4 KiB blocks
-    ("/", (64 << 30) // 4096, None),          # the root keeps its reserve
-])
-def test_reserved_blocks_on_large_data_volumes(mountpoint, reserved_blocks, expected):
-    tree = facts(sb=sb_with(reserved_block_count=reserved_blocks))
-    tree["filesystems"][0]["mountpoint"] = mountpoint
-    assert rules(tree).get("EXT4_RESERVED_BLOCKS_LARGE") == expected
-
-
-@pytest.mark.parametrize("stripe, kind, optimal_io_size, expected", [
-    ("stripe=64", "virtual", 0, "low"),
-    ("stripe=64", "virtual", 1048576, "low"),  # a cloud volume's reported I/O size is no RAID
-    ("stripe=64", "disk", 0, "low"),
-    ("stripe=64", "loop", 0, "low"),
-    ("stripe=64", "disk", 262144, None),       # the disk reports a geometry (hardware RAID)
-    ("stripe=64", "md-raid", 0, None),
-    ("stripe=64", "device-mapper", 0, None),
-    ("stripe=0", "virtual", 0, None),
-])
-def test_stripe_on_a_volume_without_raid_geometry(stripe, kind, optimal_io_size, expected):
-    queue = {"write_cache": "write through", "rotational": 0, "device": "vdb", "kind": kind,
-             "optimal_io_size": optimal_io_size, "model": None}
-    assert rules(facts(options=with_options(stripe), queue=queue)).get("EXT4_STRIPE_WITHOUT_RAID") == expected
 
 
 def catalog_with(tmp_path, change):

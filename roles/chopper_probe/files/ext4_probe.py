@@ -31,6 +31,7 @@ come from the FIEMAP ioctl; hole sizes keep the byte mass of buckets too large f
 (Chopper's int() truncation made layout 5 identical to layout 6 on small disks).
 """
 
+import concurrent.futures
 import ctypes
 import errno
 import fcntl
@@ -917,6 +918,9 @@ def tree_path(node):
     return "/".join(reversed(parts))
 
 
+TREE = tuple(tree_path(node) for node in range(3, 31))  # made once: play() runs 256 times a sweep
+
+
 def file_dirs(file_count, span):
     """Files sit at evenly spaced places among dirs 3 .. 2+span (1 file: the last one)."""
     candidates = list(range(3, 3 + span))
@@ -946,14 +950,14 @@ def play(mountpoint, treatment, cpus, log=None):
     # Every file operation is relative to the mount's root, opened once: the mount point's path
     # goes through /proc/<pid>/fd (Scratch.path), which costs a lookup per use.
     root = os.open(mountpoint, DIRECTORY)
-    names = [os.path.join(tree_path(d), "%d.file" % i)
+    names = [os.path.join(TREE[d - 3], "%d.file" % i)
              for i, d in enumerate(file_dirs(treatment["FileCount"], treatment["DirectorySpan"]))]
     fsync_bits, sync_bits = treatment["Fsync"], treatment["Sync"]
     previous = os.sched_getaffinity(0)
     fds = dict.fromkeys(names)
     try:
-        for node in range(3, 31):
-            os.mkdir(tree_path(node), dir_fd=root)
+        for path in TREE:
+            os.mkdir(path, dir_fd=root)
         os.sched_setaffinity(0, cpus[:treatment["CPUCount"]])
         for writes in write_plan(treatment):
             for k, (offset, length) in enumerate(writes):
@@ -996,36 +1000,68 @@ def measure_run(paths, block_size, file_size):
             "layout_score": min(f["layout_score"] for f in files), "files": files}
 
 
+def release_run(target, image):
+    """Unmount a finished run's filesystem (the loop device goes with it: autoclear) and delete its
+    image."""
+    try:
+        umount(target)
+    finally:
+        os.unlink(image)
+
+
 def sweep(scratch, images, plan, deadline, progress):
-    """Every treatment of the plan on a fresh sparse copy of its pristine image."""
+    """Every treatment of the plan on a fresh sparse copy of its pristine image.
+    Two run slots take turns: while one run plays, the previous one is unmounted in a background
+    thread (umount's journal flush is the largest fixed cost of a run, and it touches another
+    filesystem than the one being measured). A slot is reused only once its cleanup finished."""
     cpus = sorted(os.sched_getaffinity(0))
     runs, errors, stopped_by = [], [], None
-    run_image, target = scratch.path("runs", "run.img"), scratch.path("mnt", "run")
+    slots = [(scratch.path("runs", "run%d.img" % k), scratch.path("mnt", "run%d" % k)) for k in (0, 1)]
+    cleanups = [None, None]
     started = now()
     treatments = plan["treatments"]
-    for number, treatment in enumerate(treatments, 1):
-        if now() > deadline:
-            stopped_by = "time budget"
-            break
-        try:
-            pristine = images.get(treatment["DiskSize"], treatment["UsedRatio"], treatment["FreeSpaceLayout"])
-            copy_sparse(pristine, run_image)
-            with Mounted(run_image, target, images.options):
-                paths = play(target, treatment, cpus)
-                result = measure_run(paths, images.mkfs["block_size"], treatment["FileSize"])
-            result["id"] = treatment["id"]
-            runs.append(result)
-        except (OSError, ProbeError) as exc:
-            exc = scratch.full(exc)  # before `finally` frees the run image
-            errors.append("treatment %s: %s" % (treatment["id"], exc))
-            if isinstance(exc, ProbeError) or len(errors) >= 5:
-                stopped_by = exc.what if isinstance(exc, ScratchFull) else "error"
+    with concurrent.futures.ThreadPoolExecutor(1) as cleaner:
+        for number, treatment in enumerate(treatments, 1):
+            slot = number % 2
+            run_image, target = slots[slot]
+            if now() > deadline:
+                stopped_by = "time budget"
                 break
-        finally:
-            if os.path.exists(run_image):
-                os.unlink(run_image)
-        if number % 32 == 0 or number == len(treatments):
-            progress("sweep %d/%d runs, %.1f s" % (number, len(treatments), now() - started))
+            try:
+                if cleanups[slot] is not None:
+                    cleanup, cleanups[slot] = cleanups[slot], None
+                    try:
+                        cleanup.result()
+                    except OSError as exc:  # its mount would stay under the next one: stop
+                        raise ProbeError("the run before it could not be released from %s: %s" % (
+                            os.path.join(scratch.real_path(), "mnt", "run%d" % slot), os.strerror(exc.errno)))
+                pristine = images.get(treatment["DiskSize"], treatment["UsedRatio"], treatment["FreeSpaceLayout"])
+                copy_sparse(pristine, run_image)
+                Mounted(run_image, target, images.options).__enter__()  # release_run unmounts it
+                try:
+                    paths = play(target, treatment, cpus)
+                    result = measure_run(paths, images.mkfs["block_size"], treatment["FileSize"])
+                finally:
+                    cleanups[slot] = cleaner.submit(release_run, target, run_image)
+                result["id"] = treatment["id"]
+                runs.append(result)
+            except (OSError, ProbeError) as exc:
+                exc = scratch.full(exc)  # before the run image is freed
+                errors.append("treatment %s: %s" % (treatment["id"], exc))
+                if cleanups[slot] is None and os.path.exists(run_image):  # the mount failed
+                    os.unlink(run_image)
+                if isinstance(exc, ProbeError) or len(errors) >= 5:
+                    stopped_by = exc.what if isinstance(exc, ScratchFull) else "error"
+                    break
+            if number % 32 == 0 or number == len(treatments):
+                progress("sweep %d/%d runs, %.1f s" % (number, len(treatments), now() - started))
+        for cleanup in cleanups:
+            try:
+                if cleanup is not None:
+                    cleanup.result()
+            except OSError as exc:
+                errors.append("cleanup of the last runs: %s" % exc)
+                stopped_by = stopped_by or "error"
     return {"planned": len(treatments), "completed": len(runs), "stopped_by": stopped_by,
             "images_built": images.built, "images_reused": images.reused, "cache_rejected": images.rejected,
             "images_seconds": round(images.seconds, 3),
@@ -1363,7 +1399,7 @@ def write_json_atomic(path, doc):
     folder = os.path.dirname(os.path.abspath(path))
     handle, tmp = tempfile.mkstemp(dir=folder, prefix=".probe-")
     with os.fdopen(handle, "w") as out:
-        json.dump(doc, out, indent=1, sort_keys=True)
+        json.dump(doc, out, sort_keys=True, separators=(",", ":"))  # indent would take the slow pure-Python encoder
     os.replace(tmp, path)
 
 
