@@ -107,8 +107,7 @@ WAIVERS = waivers_mod.parse({"waivers": [
 def hostile_catalog(tmp_path_factory):
     """The real catalog with markup in one rule's title, rationale and remediation."""
     rules_dir = tmp_path_factory.mktemp("rules")
-    for name in os.listdir(os.path.join(ROOT, "rules")):
-        shutil.copy(os.path.join(ROOT, "rules", name), str(rules_dir / name))
+    shutil.copytree(os.path.join(ROOT, "rules"), str(rules_dir), dirs_exist_ok=True)  # with rules/cases/
     with open(str(rules_dir / "catalog.yml")) as handle:
         doc = yaml.safe_load(handle)
     rule = [r for r in doc["rules"] if r["id"] == "EXT4_DATA_WRITEBACK"][0]
