@@ -54,7 +54,7 @@ def _environment():
     env = Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                       undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters.update(bytes=lambda v: "-" if v is None else probe.human_bytes(v), num=_num, json=_json, link=_link,
-                       percent=_percent, factor=probe.factor_title)
+                       percent=probe_actions.percent, factor=probe.factor_title)
     return env
 
 
@@ -70,11 +70,6 @@ def _num(value, digits=3):
     if isinstance(value, float):
         return "%.*g" % (digits, value)
     return str(value)
-
-
-def _percent(share):
-    """A share (0..1) as a percentage, two significant digits."""
-    return "-" if share is None else "%.2g%%" % (100 * share)
 
 
 def _json(value):

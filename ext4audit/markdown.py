@@ -134,8 +134,9 @@ def _probe_lines(report):
                 ratio["p50"], ratio["p90"], ratio["p99"]))
         if sweep["prioritization"]:
             lines.append("  - what the d-span depends on most (share of its variance; by chance alone in brackets): "
-                         + ", ".join("%s %.2g%% (%.2g%%)" % (md(probe.factor_title(e["factor"])), 100 * e["s"],
-                                                            100 * e["noise_floor"]) for e in sweep["prioritization"][:3]))
+                         + ", ".join("%s %s (%s)" % (md(probe.factor_title(e["factor"])), probe_actions.percent(e["s"]),
+                                                    probe_actions.percent(e["noise_floor"]))
+                                     for e in sweep["prioritization"][:3]))
         lines += ["  - note: %s" % md(note) for note in sweep["notes"]]
     for c in section["confirmations"]:
         if c.get("ratio") is not None:

@@ -40,7 +40,8 @@ def _times(value):
     return "%.2gx" % value
 
 
-def _percent(share):
+def percent(share):
+    """A share (0..1) as a percentage: whole percents from 10%, one decimal below."""
     return "%.0f%%" % (100 * share) if share >= 0.1 or share == 0 else "%.1f%%" % (100 * share)
 
 
@@ -160,8 +161,8 @@ def _issue_effect(issue):
     if _number(effect.get("dspan_p90_ratio")):
         said.append("d-span p90 %s with the trigger than without" % _times(effect["dspan_p90_ratio"]))
     if _number(effect.get("tail_share_trigger")) and _number(effect.get("tail_share_control")):
-        said.append("%s of trigger runs in the tail against %s" % (_percent(effect["tail_share_trigger"]),
-                                                                   _percent(effect["tail_share_control"])))
+        said.append("%s of trigger runs in the tail against %s" % (percent(effect["tail_share_trigger"]),
+                                                                   percent(effect["tail_share_control"])))
     stats = ["p = %.2g" % issue["p_value"]] if _number(issue.get("p_value")) else []
     stats += ["%d pairs" % issue["pairs"]] if _number(issue.get("pairs")) else []
     return "; ".join(said + ([", ".join(stats)] if stats else []))
@@ -277,8 +278,8 @@ def tail_sentences(report, section):
             verdict, against = "is not in the tail region", "within chance"
         out.append([("Your %s (%s: " % (probe.factor_title(factor), probe.level_name(factor, value)), "")] + source +
                    [(") %s: %s of the %d runs at that level ended in the tail (d-span at or above %s), against %s "
-                     "of all runs, %s." % (verdict, _percent(entry["tail_share"]), entry["runs"],
-                                           probe.human_bytes(mapping["threshold"]), _percent(overall), against), "")])
+                     "of all runs, %s." % (verdict, percent(entry["tail_share"]), entry["runs"],
+                                           probe.human_bytes(mapping["threshold"]), percent(overall), against), "")])
     rest = [probe.factor_title(name) for name in probe.factor_names()
             if name not in own and len(mapping["factors"].get(name) or {}) > 1]
     if rest:

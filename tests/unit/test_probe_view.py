@@ -91,8 +91,8 @@ def test_the_probe_section_opens_with_what_was_measured_for_the_host():
 def test_statistics_are_in_plain_words():
     text = Page(probe_part(page_of(load(SMALL_JOURNAL)))).text
     assert ("What the d-span depends on most: fsync pattern explains 13% of its variance (5.9% by chance alone), "
-            "chunk write order 11% (9%), close + sync pattern 8.7% (2.7%).") in text
-    assert "Pairs that matter beyond each factor alone: disk size with free-space fragmentation 10% (2% by chance)" in text
+            "chunk write order 11% (9.0%), close + sync pattern 8.7% (2.7%).") in text
+    assert "Pairs that matter beyond each factor alone: disk size with free-space fragmentation 10% (2.0% by chance)" in text
     assert "d-span: first to last block of a run's files" in text and "p90 (the tail starts here)" in text
     assert "S_i" not in text and "Top factors" not in text and "chance 0." not in text
 
