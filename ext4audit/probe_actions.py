@@ -55,7 +55,8 @@ def _filesystem(report, mountpoint):
 def not_in_effect(report, entry):
     """The mount options the confirmation's risky side used that the host's probed filesystem
     does not have in effect: [] when the measured configuration is the host's own, None when the
-    host's options are not known. A network-mount entry measures the host's own mount."""
+    host's options are not known. A network-mount entry has no options: it times the host's own
+    mount (against a local ext4), so it is always the host's."""
     risky = entry.get("risky") if isinstance(entry.get("risky"), dict) else {}
     fs = _filesystem(report, (report.get("probe") or {}).get("mountpoint"))
     if not isinstance(risky.get("options"), str) or fs is None or not isinstance(fs.get("options"), list):
@@ -117,7 +118,8 @@ def _confirmation(report, entry):
         parts += [(" on a replica of ", ""), (section["mountpoint"], "host")]
     if _number(entry.get("repetitions")) and entry.get("ratio_spread"):
         low, high = entry["ratio_spread"]
-        parts.append((" (%d repetitions, %s to %s)" % (entry["repetitions"], _times(low), _times(high)), ""))
+        parts.append((" (%d repetition%s, %s to %s)" % (entry["repetitions"], "" if entry["repetitions"] == 1 else "s",
+                                                         _times(low), _times(high)), ""))
     missing = not_in_effect(report, entry)
     yours = missing == []
     if yours:

@@ -3,6 +3,7 @@
 configuration" on confirmations of option sets the host does not use (report.html and
 summary.md), the allocator verdicts, the tail-region check, and plot axes that name levels."""
 
+import copy
 import datetime
 import json
 import os
@@ -124,6 +125,32 @@ def test_a_confirmation_of_options_the_host_does_not_use_is_for_reference_only()
     assert "  - " + probe_actions.text(rename_sentence, markdown.md) in lines
     assert "  - Rename over an existing file: 2.2x slower with auto\\_da\\_alloc than with noauto\\_da\\_alloc" \
         in "\n".join(lines)
+
+
+def test_findings_not_reproduced_or_not_measured_are_said_with_their_measurement():
+    """The rename finding below its threshold, and the same rule on another filesystem (as confirm()
+    words it), in the rename measurement's sentence."""
+    report = load(SMALL_JOURNAL)
+    [entry] = [c for c in report["probe"]["confirmations"] if c["id"] == "rename_over_existing"]
+    entry.update(ratio=1.04, ratio_spread=[0.9, 1.3], repetitions=1)
+    [finding] = [f for f in report["findings"] if f["rule"] == "EXT4_AUTO_DA_ALLOC_RENAME"]
+    finding["confirmation"].update(status="not_reproduced", ratio=1.04, spread=[0.9, 1.3])
+    finding.update(severity="info", escalated_because=None)
+    other = copy.deepcopy(finding)
+    other.update(mountpoint="/srv", device="/dev/vdb")
+    other["confirmation"].update(status="not_measured", ratio=None, spread=None,
+                                 reason="the probe replicated /mnt/data, not this filesystem")
+    report["findings"].append(other)
+    assert texts(report)[0] == (
+        "Rename over an existing file: about as fast (1x) with auto_da_alloc as with noauto_da_alloc on this kernel, "
+        "measured on a replica of /mnt/data (1 repetition, 0.9x to 1.3x); your /mnt/data uses it. Below the 2x that "
+        "confirms EXT4_AUTO_DA_ALLOC_RENAME on /mnt/data: not reproduced on this kernel. EXT4_AUTO_DA_ALLOC_RENAME on "
+        "/srv is not measured: the probe replicated /mnt/data, not this filesystem.")
+    # a finding whose probe measured nothing at all gets a sentence of its own
+    report["probe"]["confirmations"].remove(entry)
+    finding["confirmation"].update(status="not_measured", reason="rename_over_existing error: mount failed")
+    assert ("EXT4_AUTO_DA_ALLOC_RENAME on /mnt/data: the probe could not measure it on this kernel: "
+            "rename_over_existing error: mount failed.") in texts(report)
 
 
 def test_a_sync_mount_places_the_host_on_the_fsync_level():
