@@ -23,7 +23,7 @@ import urllib.parse
 
 from markupsafe import Markup
 
-from . import SEVERITIES, contract, policy as policy_mod, probe, reports, severity_rank, writers
+from . import SEVERITIES, contract, policy as policy_mod, probe, probe_actions, reports, severity_rank, writers
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 # A probed host's three pictures take about 0.3 s to draw and 80 KiB of page: a fleet where the
@@ -52,7 +52,8 @@ def _environment():
     # ChainableUndefined: an optional field missing from an older or partial report renders empty
     env = Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                       undefined=jinja2.ChainableUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(bytes=lambda v: "-" if v is None else probe.human_bytes(v), num=_num, json=_json, link=_link)
+    env.filters.update(bytes=lambda v: "-" if v is None else probe.human_bytes(v), num=_num, json=_json, link=_link,
+                       percent=probe_actions.percent, factor=probe.factor_title)
     return env
 
 
@@ -107,8 +108,16 @@ def _dspans_of(record):
             and isinstance(r.get("dspan"), (int, float)) and not isinstance(r["dspan"], bool)]
 
 
-def _probe_view(section, dspans, index):
-    """The probe block of one host: its numbers and, when drawn, its three plots."""
+def _level_names(sweep):
+    try:
+        return probe.level_names(sweep.get("level_set") or "short")
+    except probe.ProbeError:  # a level set this version does not know: the tail map's labels
+        return {}
+
+
+def _probe_view(section, dspans, index, own=None):
+    """The probe block of one host: its numbers and, when drawn, its three plots. own: the
+    host's own levels (probe_actions.own_levels), marked in the tail plot."""
     from . import plots
 
     sweep = section.get("sweep")
@@ -124,7 +133,7 @@ def _probe_view(section, dspans, index):
     if bars:
         view["plots"].append(("Factor prioritization (Chopper Figure 4)", Markup(bars)))
     tails = plots.tail_share(sweep.get("mapping"), sweep.get("prioritization") or [], sweep["runs_completed"],
-                             "tail-%d" % index)
+                             "tail-%d" % index, _level_names(sweep), own)
     if tails:
         view["plots"].append(("Tail share per factor level (Chopper Figure 5)", Markup(tails)))
     return view
@@ -177,11 +186,16 @@ class Sections:
     def render(self, report, digest):
         findings = sorted(report["findings"], key=lambda f: (-severity_rank(f["severity"]), f["rule"],
                                                              f.get("mountpoint") or ""))
-        view = None
+        view, section = None, report.get("probe")
         if report["host"] in self.plotted:
-            view = _probe_view(report["probe"], _dspans_of(self.probe_records.get(report["host"])), digest["index"])
+            view = _probe_view(section, _dspans_of(self.probe_records.get(report["host"])), digest["index"],
+                               probe_actions.own_levels(report))
+        actions = probe_actions.sentences(report) if section else []
+        # per confirmation: the options of its risky side the host does not use ([]: its own configuration)
+        not_used = [probe_actions.not_in_effect(report, c) for c in section["confirmations"]] if section else []
         return self.template.render(h={"index": digest["index"], "row": row(digest), "report": report,
-                                       "findings": findings, "probe": report.get("probe"), "probe_view": view,
+                                       "findings": findings, "probe": section, "probe_view": view,
+                                       "actions": actions, "not_used": not_used,
                                        "detailed": self.detailed, "policy": policy_mod.describe(report)},
                                     rationales=self.rationales)
 

@@ -7,7 +7,7 @@ Every host-provided string goes through md(): GitHub renders Markdown and inline
 import os
 import re
 
-from . import policy as policy_mod, probe, reports, severity_rank, writers
+from . import policy as policy_mod, probe, probe_actions, reports, severity_rank, writers
 
 _MD = str.maketrans(dict({"&": "&amp;", "<": "&lt;", ">": "&gt;"}, **{c: "\\" + c for c in "\\`*_[]{}()#+!|~$-"}))
 _MD_BREAKS = re.compile(r"[\r\n\t]+")
@@ -64,7 +64,7 @@ def document(summary, host_reports):
         for error in report.get("errors") or []:
             lines.append("- could not read (%s): %s" % (md(error["where"]), md(error["reason"])))
         if report.get("probe"):
-            lines += _probe_lines(report["probe"])
+            lines += _probe_lines(report)
         lines.append("")
     lines += ["</details>", ""]
     return "\n".join(lines)
@@ -110,14 +110,18 @@ def _confirmation_text(conf):
         conf["ratio"], ">=" if conf["status"] == "confirmed" else "<", conf["threshold"])
 
 
-def _probe_lines(section):
-    """A host's probe for Markdown: quantiles, top factors, each confirmation's ratio and spread."""
+def _probe_lines(report):
+    """A host's probe for Markdown: what it means for the host (probe_actions), then quantiles, top
+    factors, each confirmation's ratio and spread (and whether it is the host's configuration)."""
+    section = report["probe"]
     head = "- **Probe** %s" % md(section["status"])
     head += " on %s" % md(section["mountpoint"]) if section["mountpoint"] else ""
     head += ": %s" % md(section["reason"]) if section["reason"] else ""
     details = [md(section["kernel"])] if section["kernel"] else []
     details += ["%.1f s" % section["duration_s"]] if section["duration_s"] is not None else []
     lines = [head + (" (%s)" % ", ".join(details) if details else "")]
+    lines += ["  - " + probe_actions.text(sentence, md, lambda value: "`%s`" % value)
+              for sentence in probe_actions.sentences(report)]
     sweep = section.get("sweep")
     if sweep:
         stopped = "; stopped by %s" % md(sweep["stopped_by"]) if sweep.get("stopped_by") else ""
@@ -129,8 +133,10 @@ def _probe_lines(section):
                 probe.human_bytes(dspan["p50"]), probe.human_bytes(dspan["p90"]), probe.human_bytes(dspan["p99"]),
                 ratio["p50"], ratio["p90"], ratio["p99"]))
         if sweep["prioritization"]:
-            lines.append("  - top factors (S_i; chance level in brackets): " + ", ".join(
-                "%s %.2f (%.2f)" % (md(e["factor"]), e["s"], e["noise_floor"]) for e in sweep["prioritization"][:3]))
+            lines.append("  - what the d-span depends on most (share of its variance; by chance alone in brackets): "
+                         + ", ".join("%s %s (%s)" % (md(probe.factor_title(e["factor"])), probe_actions.percent(e["s"]),
+                                                    probe_actions.percent(e["noise_floor"]))
+                                     for e in sweep["prioritization"][:3]))
         lines += ["  - note: %s" % md(note) for note in sweep["notes"]]
     for c in section["confirmations"]:
         if c.get("ratio") is not None:
@@ -141,7 +147,9 @@ def _probe_lines(section):
             text = "%s: %s" % (md(c.get("status")), md(c.get("reason")))
         where = " on %s" % md(c["mountpoint"]) if c.get("mountpoint") else ""
         metric = " (%s)" % md(c["metric"]) if c.get("metric") else ""
-        lines.append("  - confirmation %s%s%s: %s" % (md(c["id"]), where, metric, text))
+        missing = probe_actions.not_in_effect(report, c) if c.get("status") == "measured" else None
+        reference = " (for reference; not your configuration: no %s)" % md(",".join(missing)) if missing else ""
+        lines.append("  - confirmation %s%s%s: %s%s" % (md(c["id"]), where, metric, text, reference))
     lines += ["  - error: %s" % md(error) for error in section["errors"]]
     return lines
 

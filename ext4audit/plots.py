@@ -20,6 +20,7 @@ import contextlib
 import io
 import math
 import re
+import textwrap
 
 from . import probe
 
@@ -70,6 +71,12 @@ def _byte_ticks(axis, low, high):
     axis.set_major_formatter(FuncFormatter(lambda value, _: probe.human_bytes(value).replace(".0 ", " ")))
 
 
+def _percent_formatter():
+    from matplotlib.ticker import PercentFormatter
+
+    return PercentFormatter(1.0, decimals=0)
+
+
 def dspan_cdf(dspans, quantiles, key):
     """The CDF of a sweep's run d-spans (bytes, log x) with its p50/p90/p99 marked; p90 is the
     tail threshold of the factor mapping. Runs with a d-span of 0 (no extents) cannot sit on a
@@ -93,8 +100,9 @@ def dspan_cdf(dspans, quantiles, key):
         ax.set_xlim(low / 1.5, high * 1.5)
         _byte_ticks(ax.xaxis, low / 1.5, high * 1.5)
         ax.set_ylim(0, 1.02)
-        ax.set_xlabel("d-span of a run (bytes, log scale)")
-        ax.set_ylabel("fraction of runs")
+        ax.yaxis.set_major_formatter(_percent_formatter())
+        ax.set_xlabel("d-span of a run: first to last block of its files (bytes, log scale)")
+        ax.set_ylabel("runs with at most this d-span (%)")
         ax.legend(loc="upper left", fontsize=7)
         return _svg(fig)
 
@@ -109,13 +117,14 @@ def prioritization(entries, key):
         fig = _figure(6.4, 0.8 + 0.24 * len(entries))
         ax = fig.add_subplot()
         rows = range(len(entries))
-        ax.barh(rows, [e["s"] for e in entries], color=BLUE, height=0.6, label="S_i (share of d-span variance)")
+        ax.barh(rows, [e["s"] for e in entries], color=BLUE, height=0.6, label="share explained by the factor")
         ax.scatter([e["noise_floor"] for e in entries], rows, marker="|", s=160, color="black", zorder=3,
-                   label="chance level")
-        ax.set_yticks(list(rows), ["%s (%d)" % (e["factor"], e["levels"]) for e in entries])
+                   label="chance level: what a factor with that many levels gets by chance")
+        ax.set_yticks(list(rows), ["%s (%d levels)" % (probe.factor_title(e["factor"]), e["levels"]) for e in entries])
         top = max(max(e["s"] for e in entries), max(e["noise_floor"] for e in entries))
         ax.set_xlim(0, min(1.0, max(0.1, top * 1.15)))
-        ax.set_xlabel("S_i: variance of the d-span explained by the factor (levels in brackets)")
+        ax.xaxis.set_major_formatter(_percent_formatter())
+        ax.set_xlabel("share of the d-span's variance the factor explains (%)")
         ax.grid(axis="y", visible=False)
         ax.legend(loc="lower right", fontsize=7)
         return _svg(fig)
@@ -130,37 +139,47 @@ def _level_order(label):
     return (1, 0.0, label)
 
 
-def tail_share(mapping, ranked, runs, key, top=4):
+def tail_share(mapping, ranked, runs, key, names=None, own=None, top=4):
     """For the `top` factors by S_i: the share of each level's runs that are in the tail (d-span
     at or above the p90), against the share over all runs (dashed line; about 10%). One axes,
-    the factors side by side: a grid of small axes cost several times as much to draw."""
+    the factors side by side: a grid of small axes cost several times as much to draw.
+    names: {factor: {level label: level name}} (probe.level_names), levels named by what they
+    mean; own: {factor: level label} of the host's own configuration, marked over its bar."""
     from matplotlib.transforms import blended_transform_factory
 
     factors = [e["factor"] for e in ranked if len((mapping or {}).get("factors", {}).get(e["factor"]) or {}) > 1]
     factors = factors[:top]
     if not factors or not runs:
         return None
+    names, own = names or {}, own or {}
     overall = mapping["tail_runs"] / runs
+    groups = [(name, sorted(mapping["factors"][name], key=_level_order)) for name in factors]
+    labels = [names.get(name, {}).get(level, level) for name, levels in groups for level in levels]
     with _style(key):
-        fig = _figure(6.4, 2.8)
+        # the level names stand rotated under the bars: room for the longest
+        fig = _figure(6.4, 2.0 + 0.055 * max(len(label) for label in labels))
         ax = fig.add_subplot()
-        spot, ticks, labels = 0.0, [], []
-        for number, name in enumerate(factors):
-            levels = sorted(mapping["factors"][name], key=_level_order)
+        spot, ticks = 0.0, []
+        for number, (name, levels) in enumerate(groups):
             spots = [spot + i for i in range(len(levels))]
-            ax.bar(spots, [mapping["factors"][name][level]["tail_share"] for level in levels], width=0.75,
-                   color=(BLUE, GREY)[number % 2])
-            ax.text((spots[0] + spots[-1]) / 2, 1.0, name, ha="center", va="bottom", fontsize=8,
-                    transform=blended_transform_factory(ax.transData, ax.transAxes))
+            shares = [mapping["factors"][name][level]["tail_share"] for level in levels]
+            ax.bar(spots, shares, width=0.75, color=(BLUE, GREY)[number % 2])
+            mine = [(x, share) for x, share, level in zip(spots, shares, levels) if level == own.get(name)]
+            if mine:  # a marker over the bar: a level with no tail runs has no bar to outline
+                ax.scatter([x for x, _ in mine], [share + 0.04 for _, share in mine], marker="v", s=30,
+                           color="black", zorder=3, label="your configuration")
+            # wrapped to the group's width (about two characters a bar), so neighbours' titles never overlap
+            ax.text((spots[0] + spots[-1]) / 2, 1.0, textwrap.fill(probe.factor_title(name), max(8, 2 * len(levels)),
+                                                                break_long_words=False, break_on_hyphens=False),
+                    ha="center", va="bottom", fontsize=8, transform=blended_transform_factory(ax.transData, ax.transAxes))
             ticks += spots
-            # chunk orders "[0, 1, 2, 3]" as "0123", like the bitmaps
-            labels += [re.sub(r"[\[\], ]", "", level) if level.startswith("[") else level for level in levels]
             spot = spots[-1] + 2
         ax.axhline(overall, color=ORANGE, linestyle="--", linewidth=1, label="all runs (%.0f%%)" % (100 * overall))
         ax.set_xticks(ticks, labels, rotation=90, fontsize=6 if len(ticks) <= 40 else 5)
         ax.set_xlim(-1, spot - 1)
         ax.set_ylim(0, 1)
-        ax.set_ylabel("share of the level's runs in the tail")
+        ax.yaxis.set_major_formatter(_percent_formatter())
+        ax.set_ylabel("runs of the level in the tail (%)")
         ax.grid(axis="x", visible=False)
         ax.legend(loc="upper right", fontsize=7)
         return _svg(fig)

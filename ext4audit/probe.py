@@ -110,8 +110,8 @@ def _factor_file():
         doc = safe_yaml.load(FACTORS_FILE)
     except (OSError, safe_yaml.Error, ValueError, RecursionError) as exc:
         raise ProbeError("cannot read %s: %s" % (FACTORS_FILE, exc))
-    if not isinstance(doc, dict) or not {"factors", "bytes", "level_sets"} <= set(doc):
-        raise ProbeError("%s needs factors, bytes and level_sets" % FACTORS_FILE)
+    if not isinstance(doc, dict) or not {"factors", "bytes", "titles", "level_sets"} <= set(doc):
+        raise ProbeError("%s needs factors, bytes, titles and level_sets" % FACTORS_FILE)
     return doc
 
 
@@ -166,6 +166,57 @@ def level_label(factor, value):
     if isinstance(value, list):
         return "[%s]" % ", ".join(str(v) for v in value)
     return "%g" % value if isinstance(value, float) else str(value)
+
+
+def factor_title(factor):
+    """What a factor is, in plain words (factors.yml titles): "fsync pattern" for Fsync."""
+    return _factor_file()["titles"].get(factor, factor)
+
+
+def _writes(bits):
+    """The writes (numbered from 1, in write order) a bitmap marks, in words."""
+    marked = [str(k + 1) for k, bit in enumerate(bits) if bit]
+    if len(marked) == len(bits):
+        return "every write"
+    if marked == [str(len(bits))]:
+        return "the last write"
+    if len(marked) == 1:
+        return "write " + marked[0]
+    return "writes %s and %s" % (", ".join(marked[:-1]), marked[-1])
+
+
+def level_name(factor, value):
+    """A level named by what it means, for people reading a report: "fsync after writes 2 and 4"
+    where level_label says 0101, "order 3-1-0-2" for a chunk order, sizes with units. The
+    Fsync and Sync bitmaps apply in write order (the k-th write, not chunk k), as the probe
+    plays them."""
+    if factor in _factor_file()["bytes"]:
+        return human_bytes(value)
+    if factor == "ChunkOrder":
+        return "order " + "-".join(str(v) for v in value)
+    if factor == "Fsync":
+        return "fsync after " + _writes(value) if any(value) else "no fsync"
+    if factor == "Sync":
+        return "close + sync after " + _writes(value) if any(value) else "no close + sync"
+    if factor == "UsedRatio":
+        return "%g%% used" % (100 * value)
+    if factor == "FreeSpaceLayout":  # Chopper's layouts 1-5 punch lognormal holes; 6 punches none
+        return "not fragmented" if value == 6 else "fragmented (layout %d)" % value
+    if factor == "InternalDensity":  # above 1, a second pass overwrites part of each chunk
+        return "%g%% written%s" % (100 * value, " (holes)" if value < 1 else " (overwrites)" if value > 1 else "")
+    units = {"CPUCount": "CPU", "FileCount": "file", "ChunkCount": "chunk"}
+    if factor in units:
+        return "%d %s%s" % (value, units[factor], "" if value == 1 else "s")
+    if factor == "DirectorySpan":
+        return "span %d" % value
+    return level_label(factor, value)
+
+
+def level_names(level_set):
+    """{factor: {level_label: level_name}} of a level set: how a sweep's tail map (keyed by
+    level_label) is shown."""
+    return dict((name, dict((level_label(name, v), level_name(name, v)) for v in values))
+                for name, values in levels(level_set).items())
 
 
 # ------------------------------------------------------------------ the plan

@@ -6,6 +6,7 @@ filtering of the fleet table work. `make test-deps` installs chromium and chromi
 import glob
 import json
 import os
+import re
 import time
 
 import pytest
@@ -73,6 +74,38 @@ def fleet_hosts(driver):
     return [row.find_element(By.TAG_NAME, "td").text for row in rows if row.is_displayed()]
 
 
+def check_probe_section_opens_with_sentences(browser, mountpoint):
+    """The probe section starts with what was measured for this host, shown above the numbers and
+    plots; the tail plot's axis names levels by what they mean."""
+    heading = browser.find_element(By.XPATH, "//h3[starts-with(normalize-space(.), 'Probe: ran')]")
+    opening = heading.find_element(By.XPATH, "following-sibling::*[1]")
+    assert opening.get_attribute("class") == "probe-actions" and opening.is_displayed()
+    sentences = [li.get_attribute("textContent") for li in opening.find_elements(By.TAG_NAME, "li")]
+    # the loop filesystem has ext4's defaults (data=ordered, delalloc, auto_da_alloc): the rename
+    # measurement is its configuration, the nodelalloc one is for reference only
+    rename = [s for s in sentences if s.startswith("Rename over an existing file: ")]
+    assert len(rename) == 1 and "on this kernel, measured on a replica of %s" % mountpoint in rename[0], sentences
+    assert "; your %s uses it." % mountpoint in rename[0]
+    assert [s for s in sentences if s.startswith("Buffered write + fsync: ") and
+            s.endswith("For reference; not your configuration: %s does not use nodelalloc." % mountpoint)], sentences
+    assert [s for s in sentences if s.startswith("Your disk size (1 GiB: %s is 1 GiB) is " % mountpoint)], sentences
+    # above the probe's statistics and every plot, as a person scrolls
+    top = browser.execute_script("return arguments[0].getBoundingClientRect().bottom", opening)
+    below = browser.execute_script(
+        "const o = arguments[0];"
+        "return Array.from(o.closest('details.host').querySelectorAll('figure.plot, table'))"
+        "  .filter(e => o.compareDocumentPosition(e) & Node.DOCUMENT_POSITION_FOLLOWING)"
+        "  .map(e => e.getBoundingClientRect().top)", opening)
+    assert len(below) == 5 and min(below) > top, (top, below)  # quantiles, three plots, confirmations
+    figure = browser.find_element(By.XPATH, "//figure[figcaption[starts-with(., 'Tail share per factor level')]]")
+    shown = [t.get_attribute("textContent") for t in figure.find_elements(By.CSS_SELECTOR, "svg text")]
+    assert "runs of the level in the tail (%)" in shown, shown
+    assert not [t for t in shown if re.fullmatch(r"[01]{3,}|\[[0-9, ]+\]", t)], shown  # no bit strings, no lists
+    named = re.compile(r"order \d-\d-\d-\d|no fsync|fsync after .*|close \+ sync after .*|[0-9.]+ [KMG]iB|\d+% used|"
+                       r"\d+ CPUs?|\d+ files?|span \d+|\d+% written.*|(not )?fragmented.*")
+    assert len([t for t in shown if named.fullmatch(t)]) >= 8, shown
+
+
 def test_report_in_headless_chromium(loopfs, tmp_path, browser):
     mountpoint, run_dir = audit_with_probe(loopfs, tmp_path)
     summary = load_json(os.path.join(run_dir, "summary.json"))
@@ -111,6 +144,7 @@ def test_report_in_headless_chromium(loopfs, tmp_path, browser):
     sizes = browser.execute_script(
         "return Array.from(document.querySelectorAll('figure.plot svg')).map(s => s.getBoundingClientRect().width)")
     assert len(sizes) == 3 and min(sizes) > 300, sizes
+    check_probe_section_opens_with_sentences(browser, mountpoint)
 
     # A screenshot of the whole page, kept with the test's files.
     height = browser.execute_script("return document.documentElement.scrollHeight")

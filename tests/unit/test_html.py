@@ -107,8 +107,7 @@ WAIVERS = waivers_mod.parse({"waivers": [
 def hostile_catalog(tmp_path_factory):
     """The real catalog with markup in one rule's title, rationale and remediation."""
     rules_dir = tmp_path_factory.mktemp("rules")
-    for name in os.listdir(os.path.join(ROOT, "rules")):
-        shutil.copy(os.path.join(ROOT, "rules", name), str(rules_dir / name))
+    shutil.copytree(os.path.join(ROOT, "rules"), str(rules_dir), dirs_exist_ok=True)  # with rules/cases/
     with open(str(rules_dir / "catalog.yml")) as handle:
         doc = yaml.safe_load(handle)
     rule = [r for r in doc["rules"] if r["id"] == "EXT4_DATA_WRITEBACK"][0]
@@ -261,7 +260,7 @@ def test_probe_plots_for_probed_hosts_only(rendered):
     for title in ("d-span CDF (Chopper Figure 3)", "Factor prioritization (Chopper Figure 4)",
                   "Tail share per factor level (Chopper Figure 5)"):
         assert title in probed
-    assert "d-span of a run (bytes, log scale)" in probed and "chance level" in probed
+    assert "d-span of a run: first to last block of its files (bytes, log scale)" in probed and "chance level" in probed
     assert "<svg" not in host_section(page, 1) and "<svg" not in host_section(page, 2)
     # the CDF has one step per run: 32 runs, 32 distinct d-spans at most
     assert "runs (32)" in probed

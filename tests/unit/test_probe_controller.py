@@ -350,7 +350,7 @@ def test_probe_sections_confirmations_and_escalation(probe_run):
     assert "  - Probe: not reproduced: `rename_over_existing` (latency p50) ratio 1.2 < 2" in markdown
     assert "  - Probe: not measured (`rename_over_existing`): probe failed: scratch dir &lt;b&gt;full&lt;/b&gt;" \
         in markdown
-    assert "d-span p50 " in markdown and "top factors" in markdown
+    assert "d-span p50 " in markdown and "what the d-span depends on most" in markdown
 
     # The gate re-reads the reports with their probe sections and keeps the escalated severity.
     assert cli("gate", probe_run, "--fail-on", "medium")[0] == 1
