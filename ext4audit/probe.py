@@ -37,6 +37,12 @@ MAX_LISTED_LEVELS = 100000  # a plan lists every level of every factor; more is 
 # unreachable.
 RECORD_STATUSES = ("ran", "skipped", "refused", "failed", "unreachable")
 FAILED = ("refused", "failed", "unreachable")  # the probe was meant to run and did not
+# The probe's diagnosis of Chopper's four allocator issues (ext4_probe.py Allocator; docs/probe.md).
+ALLOCATOR_STATUSES = ("ran", "skipped", "error")
+ALLOCATOR_ISSUES = {"scheduler_dependency": "Scheduler Dependency", "special_end": "Special End",
+                    "shared_global": "Shared Global", "normalization": "Normalization"}
+ALLOCATOR_VERDICTS = ("present", "absent", "inconclusive")
+ALLOCATOR_EFFECT = ("dspan_p50_ratio", "dspan_p90_ratio", "tail_share_trigger", "tail_share_control")
 
 
 class ProbeError(ValueError):
@@ -365,6 +371,7 @@ def check_record(record):
     _require(sweep is None or (isinstance(sweep, dict) and isinstance(sweep.get("runs", []), list)
                                and isinstance(sweep.get("errors", []), list)),
              "result sweep is not an object with lists of runs and errors")
+    _check_allocator(result.get("allocator"))
     entries = result.get("confirmations", [])
     _require(isinstance(entries, list), "result confirmations is not a list")
     for entry in entries:
@@ -374,6 +381,32 @@ def check_record(record):
             isinstance(spread, list) and len(spread) == 2 and all(_optional(v, (int, float)) and v is not None
                                                                   for v in spread))),
                  "confirmation %s: ratio or ratio_spread is not a number" % entry["id"])
+
+
+def _check_allocator(section):
+    """Raise ProbeError unless `section` is the probe's `allocator` result (or null: the probe
+    stopped before it, or predates it)."""
+    if section is None:
+        return
+    _require(isinstance(section, dict) and section.get("status") in ALLOCATOR_STATUSES
+             and _optional(section.get("reason"), str) and isinstance(section.get("issues"), list),
+             "result allocator is not an object with a status (%s), a reason and a list of issues"
+             % ", ".join(ALLOCATOR_STATUSES))
+    for entry in section["issues"]:
+        where = "allocator issue %r" % (entry.get("id") if isinstance(entry, dict) else entry)
+        _require(isinstance(entry, dict) and ALLOCATOR_ISSUES.get(entry.get("id")) == entry.get("name"),
+                 "%s: id and name are not one of the four issues" % where)
+        _require(entry.get("verdict") in ALLOCATOR_VERDICTS, "%s: verdict %r is not one of %s" % (
+            where, entry.get("verdict"), ", ".join(ALLOCATOR_VERDICTS)))
+        _require(_optional(entry.get("reason"), str) and isinstance(entry.get("test"), str)
+                 and _is_int(entry.get("pairs")) and entry["pairs"] >= 0,
+                 "%s: reason, test or pairs has the wrong type" % where)
+        p_value = entry.get("p_value")
+        _require(p_value is None or (_number(p_value) and 0 <= p_value <= 1), "%s: p_value is not in [0, 1]" % where)
+        effect = entry.get("effect")
+        _require(isinstance(effect, dict) and set(effect) == set(ALLOCATOR_EFFECT)
+                 and all(v is None or _number(v) for v in effect.values()),
+                 "%s: effect is not an object of %s (numbers or null)" % (where, ", ".join(ALLOCATOR_EFFECT)))
 
 
 def host_section(record, plan):
@@ -389,6 +422,7 @@ def host_section(record, plan):
     section = {"status": record["status"], "reason": record.get("reason") or result.get("reason"),
                "mountpoint": record.get("mountpoint"), "kernel": result.get("kernel"),
                "duration_s": result.get("duration_s"), "replica": result.get("replica"), "sweep": None,
+               "allocator": result.get("allocator"),
                "confirmations": result.get("confirmations") or [], "errors": errors}
     sweep = result.get("sweep")
     if sweep is not None:
@@ -399,6 +433,8 @@ def host_section(record, plan):
             section["sweep"] = dict(analyze(plan, result), seed=plan.get("seed"), level_set=plan.get("level_set"),
                                     **dict((key, sweep.get(key)) for key in
                                            ("stopped_by", "images_built", "images_seconds", "runs_seconds")))
+    if (section["allocator"] or {}).get("status") == "error":
+        errors.append("allocator: %s" % (section["allocator"]["reason"] or "no reason given"))
     errors.extend("confirmation %s: %s" % (entry["id"], entry.get("reason") or "no reason given")
                   for entry in section["confirmations"] if entry.get("status") == "error")
     return section
