@@ -9,6 +9,8 @@ Fails when any of these holds (each a check with its numbers in the report):
   baseline's own share (10% by construction) by more than `tail_tolerance` (absolute);
 - a confirmation probe: the candidate's ratio exceeds the baseline's by more than
   `ratio_tolerance` (relative) and the two spreads do not overlap;
+- allocator issues: one of Chopper's four allocator issues is `present` on the candidate and
+  `absent` on the baseline (an `inconclusive` or unmeasured side is reported, never a failure);
 - static rules: the candidate has an unwaived finding at or above `fail_on` that the baseline
   does not have (a known kernel issue in the candidate's version, for example);
 - kernel records: the candidate's kernel lacks the fix of a kernel CNA record (ext4/jbd2, from
@@ -22,7 +24,7 @@ import math
 
 import numpy as np
 
-from . import contract, kernel_records, severity_rank
+from . import contract, kernel_records, probe, severity_rank
 
 SCHEMA = contract.KERNEL_GATE_SCHEMA
 DEFAULTS = {"alpha": 0.01, "min_effect": 0.3, "dspan_tolerance": 0.10, "tail_tolerance": 0.10,
@@ -110,6 +112,29 @@ def compare_confirmations(baseline, candidate, policy):
     return rows
 
 
+def compare_allocator(baseline, candidate):
+    """The four allocator verdicts side by side (the probe's `allocator` section). A regression
+    (`failed`) is an issue present on the candidate and absent on the baseline; a verdict that is
+    inconclusive or missing on either side is listed with its reason and never fails."""
+    def by_id(record):
+        section = ((record or {}).get("result") or {}).get("allocator") or {}
+        return dict((issue["id"], issue) for issue in section.get("issues") or [])
+    base, cand = by_id(baseline), by_id(candidate)
+    rows = []
+    for issue_id, name in probe.ALLOCATOR_ISSUES.items():
+        b, c = base.get(issue_id) or {}, cand.get(issue_id) or {}
+        row = {"id": issue_id, "name": name, "baseline": b.get("verdict"), "candidate": c.get("verdict"),
+               "failed": b.get("verdict") == "absent" and c.get("verdict") == "present"}
+        notes = ["%s %s: %s" % (side, "not measured" if not issue else issue["verdict"],
+                                (issue or {}).get("reason") or "no reason given")
+                 for side, issue in (("baseline", b), ("candidate", c))
+                 if not issue or issue["verdict"] == "inconclusive"]
+        row["detail"] = "%s -> %s%s" % (row["baseline"] or "not measured", row["candidate"] or "not measured",
+                                        " (%s)" % "; ".join(notes) if notes else "")
+        rows.append(row)
+    return rows
+
+
 def compare_findings(baseline_report, candidate_report, policy):
     """Unwaived findings at or above fail_on on the candidate that the baseline does not have
     (compared by rule and mount point: the two hosts are the same machine image)."""
@@ -157,7 +182,7 @@ def evaluate(baseline, candidate, plan_ids, policy=None, records=None):
     policy = dict(DEFAULTS, **(policy or {}))
     gate = {"schema": SCHEMA, "policy": policy, "verdict": "incomplete", "reason": None,
             "baseline": _side(baseline), "candidate": _side(candidate),
-            "dspan": None, "confirmations": [], "new_findings": [], "failed_checks": [],
+            "dspan": None, "allocator": [], "confirmations": [], "new_findings": [], "failed_checks": [],
             # listed even when the probe comparison is incomplete: it needs only the host reports
             "kernel_records": compare_records(records or kernel_records.load(), baseline["report"],
                                               candidate["report"], policy)}
@@ -169,9 +194,11 @@ def evaluate(baseline, candidate, plan_ids, policy=None, records=None):
     except GateInputError as exc:
         gate["reason"] = str(exc)
         return gate
+    gate["allocator"] = compare_allocator(baseline["record"], candidate["record"])
     gate["confirmations"] = compare_confirmations(baseline["record"], candidate["record"], policy)
     gate["new_findings"] = compare_findings(baseline["report"], candidate["report"], policy)
     failed = [c["check"] + ": " + c["detail"] for c in gate["dspan"]["checks"] if c["failed"]]
+    failed += ["allocator issue %s: %s" % (r["name"], r["detail"]) for r in gate["allocator"] if r["failed"]]
     failed += ["confirmation %s: %s" % (r["probe"], r["detail"]) for r in gate["confirmations"] if r["failed"]]
     failed += ["new finding %s on %s" % (f["rule"], f["mountpoint"]) for f in gate["new_findings"]]
     failed += ["new kernel record %s (%s): %s" % (r["id"], r["class"], r["reason"])
@@ -204,6 +231,9 @@ def markdown(gate, escape):
             "%.2f" % d["median_ratio"] if d["median_ratio"] is not None else "n/a"), ""]
         lines += ["- %s %s: %s" % ("FAIL" if ch["failed"] else "ok", ch["check"], escape(ch["detail"]))
                   for ch in d["checks"]]
+    for row in gate["allocator"]:
+        lines.append("- %s allocator issue %s: %s" % ("FAIL" if row["failed"] else "ok", row["name"],
+                                                     escape(row["detail"])))
     for row in gate["confirmations"]:
         lines.append("- %s confirmation %s%s: %s" % ("FAIL" if row["failed"] else "ok", row["probe"],
                                                      " on " + escape(row["mountpoint"]) if row["mountpoint"] else "",

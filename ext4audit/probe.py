@@ -33,6 +33,9 @@ TAIL_QUANTILE = 0.9   # Chopper's tail threshold (fig-5.tail-distribution.r)
 MAX_LISTED_LEVELS = 100000  # a plan lists every level of every factor; more is a mistake
 RECORD_STATUSES = contract.PROBE_STATUSES  # of a host's probe record
 FAILED = ("refused", "failed", "unreachable")  # the probe was meant to run and did not
+# The probe's diagnosis of Chopper's four allocator issues (ext4_probe.py Allocator; docs/probe.md).
+ALLOCATOR_ISSUES = {"scheduler_dependency": "Scheduler Dependency", "special_end": "Special End",
+                    "shared_global": "Shared Global", "normalization": "Normalization"}
 
 
 class ProbeError(ValueError):
@@ -387,6 +390,12 @@ def check_record(record, where="probe record"):
     contract.check(record, contract.ProbeRecord, where)
     if record["status"] == "ran" and record.get("result") is None:
         raise ProbeError("%s (host %r): status is ran but there is no result" % (where, record["host"]))
+    allocator = (record.get("result") or {}).get("allocator") or {}
+    for number, entry in enumerate(allocator.get("issues") or ()):
+        if ALLOCATOR_ISSUES.get(entry["id"]) != entry["name"]:
+            raise ProbeError("%s (host %r): $.result.allocator.issues[%d]: %r named %r is not one of the four issues"
+                             % (where, record["host"], number, entry["id"], entry["name"]))
+
 
 
 def host_section(record, plan):
@@ -402,6 +411,7 @@ def host_section(record, plan):
     section = {"status": record["status"], "reason": record.get("reason") or result.get("reason"),
                "mountpoint": record.get("mountpoint"), "kernel": result.get("kernel"),
                "duration_s": result.get("duration_s"), "replica": result.get("replica"), "sweep": None,
+               "allocator": result.get("allocator"),
                "confirmations": result.get("confirmations") or [], "errors": errors}
     sweep = result.get("sweep")
     if sweep is not None:
@@ -412,6 +422,8 @@ def host_section(record, plan):
             section["sweep"] = dict(analyze(plan, result), seed=plan.get("seed"), level_set=plan.get("level_set"),
                                     **dict((key, sweep.get(key)) for key in
                                            ("stopped_by", "images_built", "images_seconds", "runs_seconds")))
+    if (section["allocator"] or {}).get("status") == "error":
+        errors.append("allocator: %s" % (section["allocator"]["reason"] or "no reason given"))
     errors.extend("confirmation %s: %s" % (entry["id"], entry.get("reason") or "no reason given")
                   for entry in section["confirmations"] if entry.get("status") == "error")
     return section

@@ -304,3 +304,41 @@ def test_scratch_cap_stops_the_sweep_with_a_clear_reason(tmp_path):
     assert result["sweep"]["stopped_by"] == "scratch cap"
     assert "scratch space cap reached" in result["sweep"]["errors"][-1]
     assert not os.path.exists(scratch_dir)
+
+
+def test_allocator_diagnosis_on_loop_devices(tmp_path):
+    """The four experiments for real, on scratch loop devices: the section's shape, each verdict
+    one of three with a p value in [0, 1], within a few seconds, and a record the controller takes."""
+    from ext4audit import probe as controller
+
+    scratch_dir = "/dev/shm/ext4-audit-probe-allocator-%d" % os.getpid()
+    started = time.monotonic()
+    result, stderr = run_probe(tmp_path, make_job(scratch_dir, allocator=True, allocator_budget_s=60))
+    elapsed = time.monotonic() - started
+    assert result["status"] == "ok", result["reason"]
+    section = result["allocator"]
+    assert (section["status"], section["reason"]) == ("ran", None)
+    assert [(e["id"], e["name"]) for e in section["issues"]] == [
+        ("scheduler_dependency", "Scheduler Dependency"), ("special_end", "Special End"),
+        ("shared_global", "Shared Global"), ("normalization", "Normalization")]
+    for entry in section["issues"]:
+        print("%-22s %-12s pairs %2d p %s effect %s %s" % (entry["id"], entry["verdict"], entry["pairs"],
+                                                           entry["p_value"], entry["effect"], entry["reason"] or ""))
+        assert entry["verdict"] in ("present", "absent", "inconclusive")
+        assert entry["pairs"] == probe.ALLOCATOR_PAIRS and 0 <= entry["p_value"] <= 1
+        assert entry["test"] == probe.ALLOCATOR_TEST
+        assert set(entry["effect"]) == {"dspan_p50_ratio", "dspan_p90_ratio", "tail_share_trigger",
+                                        "tail_share_control"}
+        assert "allocator %s: %s" % (entry["id"], entry["verdict"]) in stderr
+    assert elapsed < 20, "the diagnosis takes a few seconds (%.1f s with mkfs and the mount check)" % elapsed
+    assert not os.path.exists(scratch_dir)
+    controller.check_record({"host": "h", "status": "ran", "reason": None, "mountpoint": "/", "result": result})
+    assert controller.host_section({"host": "h", "status": "ran", "mountpoint": "/", "result": result},
+                                   None)["allocator"] == section
+
+
+def test_allocator_off_is_skipped_with_the_reason(tmp_path):
+    scratch_dir = "/dev/shm/ext4-audit-probe-allocator-off-%d" % os.getpid()
+    result, _ = run_probe(tmp_path, make_job(scratch_dir, allocator=False))
+    assert result["allocator"] == {"status": "skipped", "reason": "not asked for (the job's allocator is false)",
+                                   "issues": []}

@@ -66,6 +66,10 @@ def test_32_run_sweep_fills_the_probe_section(loopfs, tmp_path, playbook):
     assert len(shares) >= 10 and shares == sorted(shares, reverse=True), sweep["prioritization"]
     assert all(0 <= s <= 1 for s in shares)
     assert set(sweep["mapping"]["factors"]) >= {"DiskSize", "FreeSpaceLayout", "FileSize", "Fsync"}
+    # chopper_probe_allocator is on by default: the four allocator issues, each with a verdict
+    assert probe["allocator"]["status"] == "ran", probe["allocator"]
+    assert [(i["id"], i["verdict"] in ("present", "absent", "inconclusive")) for i in probe["allocator"]["issues"]] == [
+        ("scheduler_dependency", True), ("special_end", True), ("shared_global", True), ("normalization", True)]
     measured = [c for c in probe["confirmations"] if c["status"] == "measured"]
     assert sorted(c["id"] for c in measured) == ["buffered_write_fsync", "rename_over_existing", "xattr_set"]
     assert all(c["ratio"] > 0 for c in measured)

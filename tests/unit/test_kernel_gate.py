@@ -74,6 +74,60 @@ def test_new_finding_on_candidate_fails():
     assert kernel_gate.evaluate(side("a", record(BASE)), side("b", record(BASE), [waived]), PLAN)["verdict"] == "pass"
 
 
+def allocator(verdicts, reasons=None):
+    """A probe result's allocator section with the given verdict per issue id."""
+    names = {"scheduler_dependency": "Scheduler Dependency", "special_end": "Special End",
+             "shared_global": "Shared Global", "normalization": "Normalization"}
+    return {"status": "ran", "reason": None, "issues": [
+        {"id": issue_id, "name": names[issue_id], "verdict": verdict, "reason": (reasons or {}).get(issue_id),
+         "pairs": 12, "effect": {"dspan_p50_ratio": 1.0, "dspan_p90_ratio": 1.0, "tail_share_trigger": 0.1,
+                                 "tail_share_control": 0.1},
+         "p_value": 0.5, "test": "sign"} for issue_id, verdict in verdicts.items()]}
+
+
+def with_allocator(rec, section):
+    rec["result"]["allocator"] = section
+    return rec
+
+
+ALL_ABSENT = dict.fromkeys(("scheduler_dependency", "special_end", "shared_global", "normalization"), "absent")
+
+
+def test_an_allocator_issue_present_on_the_candidate_and_absent_on_the_baseline_fails():
+    candidate = dict(ALL_ABSENT, shared_global="present")
+    gate = kernel_gate.evaluate(side("a", with_allocator(record(BASE), allocator(ALL_ABSENT))),
+                                side("b", with_allocator(record(BASE), allocator(candidate))), PLAN)
+    assert gate["verdict"] == "fail"
+    assert gate["failed_checks"] == ["allocator issue Shared Global: absent -> present"]
+    rows = dict((row["id"], row) for row in gate["allocator"])
+    assert [row["id"] for row in gate["allocator"]] == list(ALL_ABSENT)
+    assert rows["shared_global"]["failed"] and not rows["special_end"]["failed"]
+    assert "- FAIL allocator issue Shared Global: absent -> present" in kernel_gate.markdown(gate, str)
+    # fixed by the upgrade, or present on both: no regression
+    for base, cand in (("present", "absent"), ("present", "present")):
+        gate = kernel_gate.evaluate(
+            side("a", with_allocator(record(BASE), allocator(dict(ALL_ABSENT, special_end=base)))),
+            side("b", with_allocator(record(BASE), allocator(dict(ALL_ABSENT, special_end=cand)))), PLAN)
+        assert gate["verdict"] == "pass", (base, cand, gate["reason"])
+
+
+def test_an_inconclusive_or_unmeasured_allocator_verdict_is_reported_and_never_fails():
+    one_cpu = {"scheduler_dependency": "one CPU: cannot be measured"}
+    gate = kernel_gate.evaluate(
+        side("a", with_allocator(record(BASE), allocator(dict(ALL_ABSENT, scheduler_dependency="inconclusive"),
+                                                         one_cpu))),
+        side("b", with_allocator(record(BASE), allocator(dict(ALL_ABSENT, scheduler_dependency="present")))), PLAN)
+    assert gate["verdict"] == "pass", gate["reason"]
+    row = gate["allocator"][0]
+    assert (row["baseline"], row["candidate"], row["failed"]) == ("inconclusive", "present", False)
+    assert row["detail"] == "inconclusive -> present (baseline inconclusive: one CPU: cannot be measured)"
+    # a side whose probe predates the diagnosis (no allocator section): not measured, no failure
+    normalization = allocator(dict(ALL_ABSENT, normalization="present"))
+    gate = kernel_gate.evaluate(side("a", record(BASE)), side("b", with_allocator(record(BASE), normalization)), PLAN)
+    assert gate["verdict"] == "pass", gate["reason"]
+    assert gate["allocator"][3]["detail"] == "not measured -> present (baseline not measured: no reason given)"
+
+
 def test_missing_probe_or_different_plans_are_incomplete():
     gate = kernel_gate.evaluate(side("a", record(BASE)), side("b", record([], status="failed")), PLAN)
     assert gate["verdict"] == "incomplete" and "candidate: no probe sweep" in gate["reason"]

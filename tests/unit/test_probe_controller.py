@@ -6,6 +6,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -354,6 +355,49 @@ def test_probe_sections_confirmations_and_escalation(probe_run):
 
     # The gate re-reads the reports with their probe sections and keeps the escalated severity.
     assert cli("gate", probe_run, "--fail-on", "medium")[0] == 1
+
+
+def allocator_section(**issue_changes):
+    issues = [{"id": issue_id, "name": name, "verdict": "absent", "reason": None, "pairs": 12,
+               "effect": {"dspan_p50_ratio": 1.0, "dspan_p90_ratio": 1.0, "tail_share_trigger": 1.0,
+                          "tail_share_control": 1.0}, "p_value": 1.0, "test": "exact one-sided sign test"}
+              for issue_id, name in probe.ALLOCATOR_ISSUES.items()]
+    issues[0].update(issue_changes)
+    return {"status": "ran", "reason": None, "issues": issues}
+
+
+def with_allocator(rec, section):
+    rec["result"]["allocator"] = section
+    return rec
+
+
+def test_allocator_section_is_carried_into_the_host_report(tmp_path):
+    path = str(tmp_path / "run")
+    write_run(path, [audited("db-1"), audited("web-2")])
+    present = allocator_section(verdict="present", p_value=0.000244,
+                                effect={"dspan_p50_ratio": 64.5, "dspan_p90_ratio": 64.5, "tail_share_trigger": 1.0,
+                                        "tail_share_control": 0.0})
+    failed = {"status": "error", "reason": "Special End: no space left", "issues": []}
+    write_probe(path, [PLAN, with_allocator(record("db-1"), present), with_allocator(record("web-2"), failed)])
+    assert cli("report", path)[0] == 0
+    sections = dict((host, json.load(open(os.path.join(path, "hosts", host + ".json")))["probe"])
+                    for host in ("db-1", "web-2"))
+    assert sections["db-1"]["allocator"] == present and sections["db-1"]["errors"] == []
+    assert sections["web-2"]["allocator"] == failed
+    assert sections["web-2"]["errors"] == ["allocator: Special End: no space left"]
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"status": "done", "reason": None, "issues": []}, "result allocator is not an object with a status"),
+    (allocator_section(id="normalisation"), "id and name are not one of the four issues"),
+    (allocator_section(verdict="maybe"), "verdict 'maybe' is not one of present, absent, inconclusive"),
+    (allocator_section(p_value=1.5), "p_value is not in [0, 1]"),
+    (allocator_section(pairs="12"), "reason, test or pairs has the wrong type"),
+    (allocator_section(effect={"dspan_p50_ratio": "big"}), "effect is not an object of dspan_p50_ratio"),
+], ids=["status", "issue-id", "verdict", "p-value", "pairs", "effect"])
+def test_a_malformed_allocator_section_is_refused(section, message):
+    with pytest.raises(probe.ProbeError, match=re.escape(message)):
+        probe.check_record(with_allocator(record("db-1"), section))
 
 
 @pytest.mark.parametrize("content, message", [
