@@ -388,15 +388,16 @@ def test_allocator_section_is_carried_into_the_host_report(tmp_path):
 
 
 @pytest.mark.parametrize("section, message", [
-    ({"status": "done", "reason": None, "issues": []}, "result allocator is not an object with a status"),
-    (allocator_section(id="normalisation"), "id and name are not one of the four issues"),
-    (allocator_section(verdict="maybe"), "verdict 'maybe' is not one of present, absent, inconclusive"),
-    (allocator_section(p_value=1.5), "p_value is not in [0, 1]"),
-    (allocator_section(pairs="12"), "reason, test or pairs has the wrong type"),
-    (allocator_section(effect={"dspan_p50_ratio": "big"}), "effect is not an object of dspan_p50_ratio"),
+    ({"status": "done", "reason": None, "issues": []}, "$.result.allocator.status 'done' is not one of ran, skipped, error"),
+    (allocator_section(id="normalisation"), "issues[0]: 'normalisation' named 'Scheduler Dependency' is not one of the four"),
+    (allocator_section(verdict="maybe"), "issues[0].verdict 'maybe' is not one of present, absent, inconclusive"),
+    (allocator_section(p_value=1.5), "issues[0].p_value: Expected `float` <= 1.0"),
+    (allocator_section(pairs="12"), "issues[0].pairs: Expected `int`, got `str`"),
+    (allocator_section(effect={"dspan_p50_ratio": "big"}), "issues[0].effect.dspan_p50_ratio: Expected `float | null`"),
 ], ids=["status", "issue-id", "verdict", "p-value", "pairs", "effect"])
 def test_a_malformed_allocator_section_is_refused(section, message):
-    with pytest.raises(probe.ProbeError, match=re.escape(message)):
+    """The shape is the contract's (contract.Allocator); that an id goes with its name is probe.check_record's."""
+    with pytest.raises(ValueError, match="probe record \\(host 'db-1'\\): .*" + re.escape(message)):
         probe.check_record(with_allocator(record("db-1"), section))
 
 
