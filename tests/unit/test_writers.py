@@ -7,10 +7,11 @@ import os
 
 import pytest
 import yaml
+from hypothesis import given, settings, strategies as st
 from tap.parser import Parser
 
 from conftest import ROOT
-from ext4audit import writers
+from ext4audit import tap, writers
 from test_reports import HOSTILE, cli, hostile_facts, write_run
 from test_rules import facts
 
@@ -135,3 +136,20 @@ def test_the_role_passes_ext4_audit_formats_to_the_controller():
                     if isinstance(value, list)]
         assert any(c[c.index("--formats") + 1] == "{{ ext4_audit_formats_list }}" for c in commands
                    if "--formats" in c), task
+
+
+_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=80) | st.sampled_from([HOSTILE, SKIPPER, REASON])
+_WHY = st.fixed_dictionaries({
+    "host": _TEXT, "status": _TEXT, "reason": st.none() | _TEXT,
+    "findings": st.lists(st.fixed_dictionaries({"rule": _TEXT, "severity": _TEXT, "mountpoint": st.none() | _TEXT,
+                                                "message": _TEXT}), max_size=3)})
+
+
+@settings(max_examples=300, deadline=None)
+@given(_WHY)
+def test_tap_yaml_blocks_are_the_bytes_pyyamls_own_emitter_writes(why):
+    """report.tap's YAML block comes from libyaml (tap._QuotedDumper, for speed): the same bytes as
+    PyYAML's pure-Python safe_dump, hostile strings and nulls included, and it reads back as it was."""
+    fast = yaml.dump(why, Dumper=tap._QuotedDumper, default_style='"', sort_keys=False, allow_unicode=False, width=-1)
+    assert fast == yaml.safe_dump(why, default_style='"', sort_keys=False, allow_unicode=False, width=float("inf"))
+    assert yaml.safe_load(fast) == why
