@@ -198,10 +198,11 @@ def _compile_kernel_records(record_class, records):
             missing.append("kernel_records (kernel %s cannot be judged)" % kernel.get("release"))
             return None
         exact, advisory, aside = [], [], []
+        in_use = kernel_records.FeaturesInUse(filesystems)
         for item in items:
             if item["class"] != record_class or not filesystems:
                 continue
-            why = kernel_records.set_aside(item, filesystems)
+            why = kernel_records.set_aside(item, in_use)
             if why:
                 aside.append("%s: %s" % (item["id"], why))
             else:

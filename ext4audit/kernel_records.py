@@ -160,7 +160,7 @@ def open_records(doc, kernel):
         items.append({
             "id": record["id"], "title": record["title"], "class": record["class"],
             "fixed_in": fixed_in, "fixed_mainline": record["fixed_mainline"], "reason": reason,
-            "advisory": bool(notes), "link": LINK % record["id"],
+            "advisory": bool(notes), "link": LINK % record["id"], "needs": needed_feature(record["title"]),
         })
     return items
 
@@ -181,18 +181,37 @@ RELEVANCE = (
 )
 
 
-def set_aside(item, filesystems):
-    """Why a record does not matter on a host with these ext4 filesystems, or None when it does.
-    A filesystem whose superblock was not read might use the feature: the record is kept."""
-    for keyword, feature, in_use in RELEVANCE:
-        if not keyword.search(item["title"]):
-            continue
-        for fs in filesystems:
-            sb = fs.get("superblock")
-            if not sb or in_use(set(sb.get("features") or ()), fs.get("options") or ()):
-                return None
-        return "%s is not enabled on any ext4 filesystem of the host" % feature
-    return None
+_IN_USE = dict((feature, in_use) for _, feature, in_use in RELEVANCE)
+
+
+def needed_feature(title):
+    """The feature (RELEVANCE) a record's title says it matters with, or None: every ext4 filesystem."""
+    return next((feature for keyword, feature, _ in RELEVANCE if keyword.search(title)), None)
+
+
+class FeaturesInUse(dict):
+    """{feature: whether an ext4 filesystem of the host uses it} for RELEVANCE's features, each
+    looked at when first asked. A filesystem whose superblock was not read might use any."""
+
+    def __init__(self, filesystems):
+        dict.__init__(self)
+        self.filesystems = filesystems
+
+    def __missing__(self, feature):
+        in_use = _IN_USE[feature]
+        self[feature] = used = any(not fs.get("superblock")
+                                   or in_use(set(fs["superblock"].get("features") or ()), fs.get("options") or ())
+                                   for fs in self.filesystems)
+        return used
+
+
+def set_aside(item, in_use):
+    """Why a record (an open_records item) does not matter on a host (in_use: its FeaturesInUse),
+    or None when it does."""
+    feature = item["needs"]
+    if feature is None or in_use[feature]:
+        return None
+    return "%s is not enabled on any ext4 filesystem of the host" % feature
 
 
 def describe(items):
