@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tomllib
 
+import pytest
 import yaml
 from ansible.playbook.task import Task
 
@@ -121,3 +122,28 @@ def test_make_audit_installs_only_what_the_audit_needs_and_waits_for_apt():
     assert audit_deps.count("apt-get -o DPkg::Lock::Timeout=300") == 2, audit_deps  # update and install
     test_deps = recipe("test-deps")
     assert "openssh-server sshfs" in test_deps, test_deps
+
+
+def apt_closure(packages):
+    """Every package apt would install for `packages`: depends, pre-depends and recommends, recursively,
+    read from this machine's real package index."""
+    done = subprocess.run(
+        ["apt-cache", "depends", "--recurse", "--no-suggests", "--no-conflicts", "--no-breaks",
+         "--no-replaces", "--no-enhances", *packages],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+    if done.returncode != 0 or not done.stdout:
+        pytest.skip("no apt package index here: " + done.stderr.decode(errors="replace").strip())
+    return {line.strip() for line in done.stdout.decode().splitlines() if not line.startswith(" ")}
+
+
+def test_what_make_audit_installs_does_not_pull_in_an_ssh_server():
+    """The audit's packages, installed with their recommends on a machine without openssh-server,
+    must not bring it (or sshfs) in through a dependency: checked on apt's own resolution, with a
+    package known to pull it in as the control."""
+    recipe = subprocess.run(["make", "-n", "deps"], cwd=ROOT, stdout=subprocess.PIPE, check=True).stdout.decode()
+    packages = re.search(r"install -y -q ([a-z0-9. +-]+);", recipe).group(1).split()
+    assert packages == ["e2fsprogs", "util-linux"], packages
+    closure = apt_closure(packages)
+    assert "e2fsprogs" in closure and "libext2fs2" in closure, sorted(closure)
+    assert not closure & {"openssh-server", "sshfs"}, sorted(closure & {"openssh-server", "sshfs"})
+    assert "openssh-server" in apt_closure(["task-ssh-server"])
