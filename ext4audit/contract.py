@@ -3,7 +3,10 @@ the waiver file and rule catalog a site writes. One place for their shape; schem
 generated from these models (`make schemas`: write_schemas()) and published with the docs.
 
 Readers decode through them with check(): a record that is not of its model's shape is a
-ContractError naming the file, the host and the field ($.filesystems[0].options). The readers
+ContractError naming the file, the host and the field ($.filesystems[0].options). The readers of
+the YAML a site writes (waivers.py, catalog.py) take msgspec's error apart with failure() and say
+it in their own terms: the waiver or rule, the field, and a hint where YAML's typing is the likely
+cause (a bare 7 or yes where text belongs). The readers
 keep the plain JSON values they read (the reports carry a host's facts on as they came, with
 keys this version does not know), so the models check, and the code reads dicts.
 
@@ -58,6 +61,7 @@ PATTERNS = {STAMP_PATTERN: "a moment in UTC (YYYY-MM-DDTHH:MM:SSZ)",
             RULE_ID_PATTERN: "a rule id (upper-case letters, digits and _)",
             RECORD_ID_PATTERN: "a CVE id (CVE-YYYY-NNNN)"}
 Stamp = typing.Annotated[str, Meta(pattern=STAMP_PATTERN, description=PATTERNS[STAMP_PATTERN])]
+RuleId = typing.Annotated[str, Meta(pattern=RULE_ID_PATTERN)]
 Object = Dict[str, Any]
 
 
@@ -412,7 +416,7 @@ class KernelGate(Struct):
 # ------------------------------------------------------------------ waiver file (YAML)
 class Waiver(Struct, forbid_unknown_fields=True):
     """One accepted finding (ext4audit/waivers.py): no other fields, a misspelt one would widen it."""
-    rule: str
+    rule: RuleId
     justification: Name
     approver: Name
     expires: datetime.date
@@ -450,7 +454,7 @@ class RuleConfirmation(Struct, forbid_unknown_fields=True):
 class Rule(Struct, forbid_unknown_fields=True):
     """A catalog rule (rules/catalog.yml, or a site rule file); `when` is a predicate of
     ext4audit/engine.py over the fact paths of ext4audit/fact_paths.py."""
-    id: typing.Annotated[str, Meta(pattern=RULE_ID_PATTERN)]
+    id: RuleId
     title: str
     scope: Literal[RULE_SCOPES]
     kind: Literal[RULE_KINDS]
@@ -506,6 +510,47 @@ def explain(exc, model):
     for pattern, name in PATTERNS.items():
         what = what.replace("matching regex %r" % pattern, "that is " + name)
     return "%s: %s" % (path, what)
+
+
+class Failure(typing.NamedTuple):
+    """Where a document fails its model: the steps from its root ("rules", 3, "tags", 0), msgspec's
+    text for it, the field a "missing required" or "unknown" error names (else None) with the
+    fields its object may have, the values a Literal allows there, and a hint where YAML's typing
+    is the likely cause."""
+    steps: List[Any]
+    what: str
+    field: Optional[str]
+    fields: Tuple[str, ...]
+    choices: List[str]
+    hint: str
+
+
+_NAMED_FIELD = re.compile(r"^Object (?:missing required|contains unknown) field `(?P<field>.*)`$")
+# msgspec's `got` type for a bare YAML scalar where text belongs, and how to write it as text
+_YAML_TYPED = {"int": "quote numbers", "float": "quote numbers", "bool": "quote yes, no, on, off, true and false",
+               "date": "quote dates", "datetime": "quote dates"}
+_GOT = re.compile(r"^Expected `str[^`]*`, got `(?P<got>\w+)`$")
+
+
+def failure(exc, model):
+    """A msgspec.ValidationError against model, taken apart for a reader's own message (the YAML
+    readers name the waiver or rule, the field and the value a site wrote, in their terms)."""
+    match = _AT.match(str(exc))
+    what, path = (match.group("what"), match.group("path")) if match else (str(exc), "$")
+    steps = []
+    for step in _STEP.finditer(path[1:]):
+        index = step.group(0)[1:-1]
+        steps.append(step.group(1) or (int(index) if index.isdigit() else index))
+    kind, named, got = _field_type(model, path), _NAMED_FIELD.match(what), _GOT.match(what)
+    return Failure(steps, what, named.group("field") if named else None,
+                   field_names(kind)[1] if named and isinstance(kind, type) else (), _literal_values(kind),
+                   " (%s)" % _YAML_TYPED[got.group("got")] if got and got.group("got") in _YAML_TYPED else "")
+
+
+def field_names(model):
+    """(required, all) field names of a model, in its order."""
+    fields = msgspec.structs.fields(model)
+    return tuple(f.name for f in fields if f.required), tuple(f.name for f in fields)
 
 
 def _field_type(model, path):
