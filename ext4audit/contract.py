@@ -177,11 +177,14 @@ class AllocatorEffect(Struct, forbid_unknown_fields=True):
     tail_share_control: Optional[float]
 
 
+AllocatorVerdict = Literal["present", "absent", "inconclusive"]
+
+
 class AllocatorIssue(Struct):
     """A paired trigger-against-control experiment for one of Chopper's allocator issues."""
     id: str
     name: str
-    verdict: Literal["present", "absent", "inconclusive"]
+    verdict: AllocatorVerdict
     reason: Optional[str]
     pairs: typing.Annotated[int, Meta(ge=0)]
     effect: AllocatorEffect
@@ -398,6 +401,16 @@ class GateFinding(Struct):
     mountpoint: Optional[str] = None
 
 
+class GateAllocator(Struct):
+    """An allocator issue's verdicts side by side (kernel_gate.compare_allocator; null: not measured)."""
+    id: str
+    name: str
+    baseline: Optional[AllocatorVerdict]
+    candidate: Optional[AllocatorVerdict]
+    failed: bool
+    detail: str
+
+
 class KernelGate(Struct):
     """reports/<run>/kernel_gate.json (python -m ext4audit kernel-gate)."""
     schema: Literal[KERNEL_GATE_SCHEMA]
@@ -407,6 +420,7 @@ class KernelGate(Struct):
     reason: Optional[str] = None
     policy: Optional[Object] = None
     dspan: Optional[Object] = None
+    allocator: List[GateAllocator] = []
     confirmations: List[Object] = []
     new_findings: List[GateFinding] = []
     failed_checks: List[str] = []
