@@ -93,12 +93,16 @@ class Superblock(Struct):
     features: Optional[List[str]] = None
 
 
-class Filesystem(Struct):
-    """One mounted ext4 filesystem: its effective options and what was read about it."""
+class Mount(Struct):
+    """What every mount has: where, which filesystem type, and its options."""
     mountpoint: str
-    device: Optional[str] = None
     fstype: Optional[str] = None
     options: Optional[List[str]] = None
+
+
+class Filesystem(Mount):
+    """One mounted ext4 filesystem: its effective options and what was read about it."""
+    device: Optional[str] = None
     options_source: Optional[str] = None
     superblock: Optional[Superblock] = None
     queue: Optional[Object] = None
@@ -107,12 +111,9 @@ class Filesystem(Struct):
     fstab_drift: Optional[List[Any]] = None
 
 
-class NetworkMount(Struct):
+class NetworkMount(Mount):
     """A network filesystem mount (ext4_parsers.NETFS_TYPES)."""
-    mountpoint: str
-    fstype: Optional[str] = None
     source: Optional[str] = None
-    options: Optional[List[str]] = None
 
 
 class ReadError(Struct):
@@ -199,17 +200,21 @@ class Allocator(Struct):
     issues: List[AllocatorIssue]
 
 
-class ProbeResult(Struct):
-    """What the probe (roles/chopper_probe/files/ext4_probe.py) writes as its OUT.json."""
-    schema: Literal[PROBE_RESULT_SCHEMA]
-    status: Optional[str] = None
+class ProbeRun(Struct, kw_only=True):  # kw_only: the required fields of a subclass may follow these
+    """What a probe run says about itself: in its result, and in a host report's probe section."""
     reason: Optional[str] = None
     kernel: Optional[str] = None
     duration_s: Optional[float] = None
     replica: Optional[Replica] = None
+    allocator: Optional[Allocator] = None
+
+
+class ProbeResult(ProbeRun):
+    """What the probe (roles/chopper_probe/files/ext4_probe.py) writes as its OUT.json."""
+    schema: Literal[PROBE_RESULT_SCHEMA]
+    status: Optional[str] = None
     sweep: Optional[Sweep] = None
     confirmations: List[Confirmation] = []
-    allocator: Optional[Allocator] = None
 
 
 class ProbeRecord(Struct):
@@ -282,18 +287,13 @@ class Policy(Struct):
     severity_overrides: Optional[Object] = None
 
 
-class ProbeSection(Struct):
+class ProbeSection(ProbeRun):
     """A host report's probe: its record and the analysis of its sweep."""
     status: Literal[PROBE_STATUSES]
     confirmations: List[Confirmation]
     errors: List[str]
-    reason: Optional[str] = None
     mountpoint: Optional[str] = None
-    kernel: Optional[str] = None
-    duration_s: Optional[float] = None
-    replica: Optional[Replica] = None
     sweep: Optional[Object] = None
-    allocator: Optional[Allocator] = None
 
 
 class HostReport(Struct):

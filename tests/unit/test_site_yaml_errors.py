@@ -8,6 +8,7 @@ import os
 import pytest
 
 from ext4audit import catalog as catalog_mod, waivers
+from test_tailoring_checks import SITE_RULE as TAILORING_RULE
 
 WAIVER = ("waivers:\n  - rule: EXT4_NOBARRIER\n    justification: battery-backed cache\n"
           "    approver: storage-team\n    expires: 2027-01-01\n")
@@ -68,20 +69,8 @@ def test_an_expiry_with_a_time_of_day_is_still_read(tmp_path):
     assert waivers.load(str(path), {"EXT4_NOBARRIER"})[0]["expires"].isoformat() == "2027-01-01T08:30:00+00:00"
 
 
-SITE_RULE = """schema: ext4-fleet-audit/rules/v1
-rules:
-  - id: SITE_RULE
-    title: t
-    scope: filesystem
-    kind: operability
-    severity: low
-    when: {fact: opt.lazytime, eq: true}
-    message: "{mountpoint}"
-    rationale: r
-    remediation: {steps: s, cost: c}
-    references: []
-    tags: [site]
-    escalate:
+# the site rule of test_tailoring_checks, with an escalate entry
+SITE_RULE = TAILORING_RULE + """    escalate:
       - {when: {fact: opt.lazytime, eq: true}, severity: medium, because: b}
 """
 
