@@ -122,20 +122,21 @@ def _refused(exc, doc):
     """The model's refusal as "rule ID: field ..." (the rule, the field and what it holds)."""
     failed = contract.failure(exc, contract.RuleFile)
     if len(failed.steps) < 2:
-        return "a rule file is a mapping with rules (and schema: %s): %s" % (SCHEMA, contract.explain(exc, contract.RuleFile))
+        return "a rule file is a mapping with rules (and schema: %s): %s" % (
+            SCHEMA, contract.explain(exc, contract.RuleFile))
     rule = doc["rules"][failed.steps[1]]
     if not isinstance(rule, dict):
         return "rules[%d] is not a mapping" % failed.steps[1]
     rid = rule.get("id")
     name = rid if isinstance(rid, str) and RULE_ID.match(rid) else "<no id>" if rid is None else repr(rid)
     inside, value = failed.steps[2:], rule
-    while failed.field is None and isinstance(inside[-1], int):  # a list's item: the message shows the list
+    while failed.field is None and inside and isinstance(inside[-1], int):  # a list's item: the message shows the list
         inside.pop()
     for step in inside:
         value = value[step]
     field = "".join("[%d]" % step if isinstance(step, int) else "." + step for step in inside)[1:]
     at = ": " + field if field else ""
-    if failed.what.startswith("Object missing required field"):
+    if failed.field in failed.fields:  # a field the model has: it is missing
         return "rule %s%s has no %s" % (name, at, failed.field)
     if failed.field is not None:
         return "rule %s%s: unknown field %s (fields: %s)" % (name, at, failed.field, ", ".join(failed.fields))
