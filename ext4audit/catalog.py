@@ -14,25 +14,28 @@ import os
 import re
 import string
 
-from . import SEVERITIES, contract, engine, fact_paths, kernel_records, safe_yaml, severity_rank
+import msgspec
+
+from . import contract, engine, fact_paths, kernel_records, safe_yaml, severity_rank
 from .parsers import kernel_version
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RULES_DIR = os.path.join(HERE, "rules")  # a link to ../rules in the repository
-SCOPES = contract.RULE_SCOPES
-KINDS = contract.RULE_KINDS
 # A static performance finding must not fail the default gate (high) by itself: only its probe
 # confirmation, measured on the host's own kernel, may raise it above this.
 PERFORMANCE_CEILING = "medium"
-REQUIRED = ("id", "title", "scope", "kind", "severity", "when", "message", "rationale", "remediation",
-            "references", "tags")
-OPTIONAL = ("seed", "escalate", "confirmation", "overrides")  # overrides: site rules only
 SCHEMA = contract.RULES_SCHEMA
 RULE_ID = re.compile(contract.RULE_ID_PATTERN)
-ESCALATE_FIELDS = ("when", "severity", "because")
+# what a field must be, for the message when the contract's model refuses it (a Literal's values
+# are listed from the model)
+NEEDS = {"id": "upper-case letters, digits and _ (e.g. SITE_DATA_NOATIME)", "tags": "a list of names",
+         "overrides": "true or false", "when": "a predicate (a mapping)", "references": "a list",
+         "escalate": "a list of entries with exactly %s" % ", ".join(contract.field_names(contract.Escalation)[1]),
+         "remediation": "a mapping with steps and cost",
+         "confirmation": "a mapping with exactly %s" % ", ".join(contract.field_names(contract.RuleConfirmation)[1]),
+         "confirmed_at": "a ratio above 1 (risky cost / safe cost)"}  # any other field: text
 OPERATORS = ("eq", "ne", "lt", "lte", "gt", "gte", "in", "contains", "present")
 COMBINATORS = ("all", "any", "not", "kernel_issue", "kernel_records")
-PROBE_ID = re.compile(r"^[a-z0-9_]+$")  # a rule's confirmation probe id (shown as code in reports)
 
 
 class CatalogError(ValueError):
@@ -61,15 +64,14 @@ def load(rules_dir=RULES_DIR, site_dirs=()):
     except kernel_records.RecordsError as exc:
         raise CatalogError(str(exc))
     rules_path = os.path.join(rules_dir, "catalog.yml")
-    probes = probe_ids()
-    rules = _rules_of(rules_path, issues, probes, records["classes"])
+    rules = _rules_of(rules_path, issues, records["classes"])
     if any("overrides" in rule for rule in rules):
         raise CatalogError("%s: rule %s: overrides is for site rule files only"
                            % (rules_path, next(r["id"] for r in rules if "overrides" in r)))
     position = dict((rule["id"], index) for index, rule in enumerate(rules))
     site_defined = {}  # id -> the site file that defines it
     for path in _site_files(site_dirs):
-        for rule in _rules_of(path, issues, probes, records["classes"]):
+        for rule in _rules_of(path, issues, records["classes"]):
             rid = rule["id"]
             if rid in site_defined:
                 raise CatalogError("%s: rule %s is defined in %s too" % (path, rid, site_defined[rid]))
@@ -97,15 +99,17 @@ def _site_files(site_dirs):
     return paths
 
 
-def _rules_of(path, issues, probes, record_classes):
+def _rules_of(path, issues, record_classes):
     """A catalog file's rules, each checked; an error names the file, the rule and the field."""
     doc = _read(path)
-    if doc.get("schema", SCHEMA) != SCHEMA or set(doc) - {"schema", "rules"}:
-        raise CatalogError("%s: a rule file is a mapping with rules (and schema: %s)" % (path, SCHEMA))
-    rules, seen = _list(doc, "rules", path), set()
+    try:
+        msgspec.convert(doc, contract.RuleFile, strict=True)
+    except msgspec.ValidationError as exc:
+        raise CatalogError("%s: %s" % (path, _refused(exc, doc)))
+    rules, seen = doc["rules"], set()
     for rule in rules:
         try:
-            _check_rule(rule, issues, probes, record_classes)
+            _check_rule(rule, issues, record_classes)
         except CatalogError as exc:
             raise CatalogError("%s: %s" % (path, exc))
         if rule["id"] in seen:
@@ -114,9 +118,31 @@ def _rules_of(path, issues, probes, record_classes):
     return rules
 
 
-def probe_ids():
-    """The probe's confirmation ids (the probe's Confirmations.PROBES is this very tuple)."""
-    return frozenset(contract.PROBES)
+def _refused(exc, doc):
+    """The model's refusal as "rule ID: field ..." (the rule, the field and what it holds)."""
+    failed = contract.failure(exc, contract.RuleFile)
+    if len(failed.steps) < 2:
+        return "a rule file is a mapping with rules (and schema: %s): %s" % (
+            SCHEMA, contract.explain(exc, contract.RuleFile))
+    rule = doc["rules"][failed.steps[1]]
+    if not isinstance(rule, dict):
+        return "rules[%d] is not a mapping" % failed.steps[1]
+    rid = rule.get("id")
+    name = rid if isinstance(rid, str) and RULE_ID.match(rid) else "<no id>" if rid is None else repr(rid)
+    inside, value = failed.steps[2:], rule
+    while failed.field is None and inside and isinstance(inside[-1], int):  # a list's item: the message shows the list
+        inside.pop()
+    for step in inside:
+        value = value[step]
+    field = "".join("[%d]" % step if isinstance(step, int) else "." + step for step in inside)[1:]
+    at = ": " + field if field else ""
+    if failed.field in failed.fields:  # a field the model has: it is missing
+        return "rule %s%s has no %s" % (name, at, failed.field)
+    if failed.field is not None:
+        return "rule %s%s: unknown field %s (fields: %s)" % (name, at, failed.field, ", ".join(failed.fields))
+    if failed.choices:
+        return "rule %s: %s %r is not one of %s" % (name, field, value, ", ".join(failed.choices))
+    return "rule %s: %s must be %s%s, got %r" % (name, field, NEEDS.get(inside[-1], "text"), failed.hint, value)
 
 
 def _read(path):
@@ -130,6 +156,7 @@ def _read(path):
 
 
 def _list(doc, key, path):
+    """The kernel issues (not a contract model: the catalog's own table)."""
     items = doc.get(key) or []
     if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
         raise CatalogError("%s: %s must be a list of mappings" % (path, key))
@@ -155,32 +182,12 @@ def _check_issue(issue, index, path):
                                    % (path, iid, bound, rng[bound], vendor, exc))
 
 
-def _check_rule(rule, issues, probes, record_classes):
-    rid = rule.get("id", "<no id>")
-    for field in REQUIRED:
-        if field not in rule:
-            raise CatalogError("rule %s has no %s" % (rid, field))
-    unknown = sorted(set(rule) - set(REQUIRED) - set(OPTIONAL), key=str)
-    if unknown:
-        raise CatalogError("rule %s: unknown field %s (fields: %s)" % (rid, unknown[0], ", ".join(REQUIRED + OPTIONAL)))
-    if not isinstance(rid, str) or not RULE_ID.match(rid):
-        raise CatalogError("rule %r: id must be upper-case letters, digits and _ (e.g. SITE_DATA_NOATIME)" % (rid,))
-    if not isinstance(rule["tags"], list) or not all(isinstance(t, str) and t for t in rule["tags"]):
-        raise CatalogError("rule %s: tags must be a list of names, got %r" % (rid, rule["tags"]))
-    if "overrides" in rule and not isinstance(rule["overrides"], bool):
-        raise CatalogError("rule %s: overrides must be true or false, got %r" % (rid, rule["overrides"]))
-    if rule["scope"] not in SCOPES:
-        raise CatalogError("rule %s: scope %r is not one of %s" % (rid, rule["scope"], SCOPES))
-    if rule["kind"] not in KINDS:
-        raise CatalogError("rule %s: kind %r is not one of %s" % (rid, rule["kind"], KINDS))
+def _check_rule(rule, issues, record_classes):
+    """What the model (contract.Rule) cannot say: a performance rule's severity ceiling, the
+    predicates and the message templates."""
+    rid = rule["id"]
     escalate = rule.get("escalate") or []
-    if not isinstance(escalate, list) or not all(isinstance(e, dict) and set(e) == set(ESCALATE_FIELDS)
-                                                 for e in escalate):
-        raise CatalogError("rule %s: escalate must be a list of entries with exactly %s"
-                           % (rid, ", ".join(ESCALATE_FIELDS)))
     for entry in [rule] + escalate:
-        if entry["severity"] not in SEVERITIES:
-            raise CatalogError("rule %s: severity %r is not one of %s" % (rid, entry["severity"], SEVERITIES))
         if rule["kind"] == "performance" and severity_rank(entry["severity"]) > severity_rank(PERFORMANCE_CEILING):
             raise CatalogError("rule %s: severity %s is above %s, the most a static performance finding may "
                                "have (a confirmation may raise it)" % (rid, entry["severity"], PERFORMANCE_CEILING))
@@ -188,18 +195,12 @@ def _check_rule(rule, issues, probes, record_classes):
     _check_text(rid, "message", rule["message"])
     for entry in escalate:
         _check_text(rid, "because", entry["because"])
-    if not isinstance(rule["remediation"], dict) or not {"steps", "cost"} <= set(rule["remediation"]):
-        raise CatalogError("rule %s: remediation needs steps and cost" % rid)
-    if "confirmation" in rule:
-        _check_confirmation(rid, rule["confirmation"], probes)
 
 
 def _check_text(rid, field, text):
     """A message (or escalate because) names only the fields the engine fills in, by plain name:
     str.format would otherwise look up attributes and items ({mountpoint.__class__}) or fail
     with a KeyError on the one host where the rule fires."""
-    if not isinstance(text, str):
-        raise CatalogError("rule %s: %s %r is not text" % (rid, field, text))
     try:
         parts = list(string.Formatter().parse(text))
     except ValueError as exc:
@@ -211,22 +212,6 @@ def _check_text(rid, field, text):
             shown = "{%s%s%s}" % (name, "!" + conversion if conversion else "", ":" + spec if spec else "")
             raise CatalogError("rule %s: %s placeholder %s is not one of the plain fields {%s}"
                                % (rid, field, shown, "}, {".join(sorted(engine.MESSAGE_FIELDS))))
-
-
-def _check_confirmation(rid, spec, probes):
-    """{probe: <the probe's confirmation id>, confirmed_at: <ratio>, escalate_to: <severity>}"""
-    if not isinstance(spec, dict) or set(spec) != {"probe", "confirmed_at", "escalate_to"}:
-        raise CatalogError("rule %s: confirmation needs exactly probe, confirmed_at and escalate_to" % rid)
-    if not isinstance(spec["probe"], str) or not PROBE_ID.match(spec["probe"]):
-        raise CatalogError("rule %s: confirmation probe %r is not a probe id" % (rid, spec["probe"]))
-    if spec["probe"] not in probes:
-        raise CatalogError("rule %s: confirmation probe %r is not one of the probe's confirmations: %s"
-                           % (rid, spec["probe"], ", ".join(sorted(probes))))
-    ratio = spec["confirmed_at"]
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or ratio <= 1:
-        raise CatalogError("rule %s: confirmed_at %r must be a ratio above 1 (risky cost / safe cost)" % (rid, ratio))
-    if spec["escalate_to"] not in SEVERITIES:
-        raise CatalogError("rule %s: escalate_to %r is not one of %s" % (rid, spec["escalate_to"], SEVERITIES))
 
 
 def _check_predicate(rid, scope, pred, issues, record_classes):

@@ -3,7 +3,10 @@ the waiver file and rule catalog a site writes. One place for their shape; schem
 generated from these models (`make schemas`: write_schemas()) and published with the docs.
 
 Readers decode through them with check(): a record that is not of its model's shape is a
-ContractError naming the file, the host and the field ($.filesystems[0].options). The readers
+ContractError naming the file, the host and the field ($.filesystems[0].options). The readers of
+the YAML a site writes (waivers.py, catalog.py) take msgspec's error apart with failure() and say
+it in their own terms: the waiver or rule, the field, and a hint where YAML's typing is the likely
+cause (a bare 7 or yes where text belongs). The readers
 keep the plain JSON values they read (the reports carry a host's facts on as they came, with
 keys this version does not know), so the models check, and the code reads dicts.
 
@@ -58,6 +61,7 @@ PATTERNS = {STAMP_PATTERN: "a moment in UTC (YYYY-MM-DDTHH:MM:SSZ)",
             RULE_ID_PATTERN: "a rule id (upper-case letters, digits and _)",
             RECORD_ID_PATTERN: "a CVE id (CVE-YYYY-NNNN)"}
 Stamp = typing.Annotated[str, Meta(pattern=STAMP_PATTERN, description=PATTERNS[STAMP_PATTERN])]
+RuleId = typing.Annotated[str, Meta(pattern=RULE_ID_PATTERN)]
 Object = Dict[str, Any]
 
 
@@ -89,12 +93,16 @@ class Superblock(Struct):
     features: Optional[List[str]] = None
 
 
-class Filesystem(Struct):
-    """One mounted ext4 filesystem: its effective options and what was read about it."""
+class Mount(Struct):
+    """What every mount has: where, which filesystem type, and its options."""
     mountpoint: str
-    device: Optional[str] = None
     fstype: Optional[str] = None
     options: Optional[List[str]] = None
+
+
+class Filesystem(Mount):
+    """One mounted ext4 filesystem: its effective options and what was read about it."""
+    device: Optional[str] = None
     options_source: Optional[str] = None
     superblock: Optional[Superblock] = None
     queue: Optional[Object] = None
@@ -103,12 +111,9 @@ class Filesystem(Struct):
     fstab_drift: Optional[List[Any]] = None
 
 
-class NetworkMount(Struct):
+class NetworkMount(Mount):
     """A network filesystem mount (ext4_parsers.NETFS_TYPES)."""
-    mountpoint: str
-    fstype: Optional[str] = None
     source: Optional[str] = None
-    options: Optional[List[str]] = None
 
 
 class ReadError(Struct):
@@ -173,11 +178,14 @@ class AllocatorEffect(Struct, forbid_unknown_fields=True):
     tail_share_control: Optional[float]
 
 
+AllocatorVerdict = Literal["present", "absent", "inconclusive"]
+
+
 class AllocatorIssue(Struct):
     """A paired trigger-against-control experiment for one of Chopper's allocator issues."""
     id: str
     name: str
-    verdict: Literal["present", "absent", "inconclusive"]
+    verdict: AllocatorVerdict
     reason: Optional[str]
     pairs: typing.Annotated[int, Meta(ge=0)]
     effect: AllocatorEffect
@@ -192,17 +200,21 @@ class Allocator(Struct):
     issues: List[AllocatorIssue]
 
 
-class ProbeResult(Struct):
-    """What the probe (roles/chopper_probe/files/ext4_probe.py) writes as its OUT.json."""
-    schema: Literal[PROBE_RESULT_SCHEMA]
-    status: Optional[str] = None
+class ProbeRun(Struct, kw_only=True):  # kw_only: the required fields of a subclass may follow these
+    """What a probe run says about itself: in its result, and in a host report's probe section."""
     reason: Optional[str] = None
     kernel: Optional[str] = None
     duration_s: Optional[float] = None
     replica: Optional[Replica] = None
+    allocator: Optional[Allocator] = None
+
+
+class ProbeResult(ProbeRun):
+    """What the probe (roles/chopper_probe/files/ext4_probe.py) writes as its OUT.json."""
+    schema: Literal[PROBE_RESULT_SCHEMA]
+    status: Optional[str] = None
     sweep: Optional[Sweep] = None
     confirmations: List[Confirmation] = []
-    allocator: Optional[Allocator] = None
 
 
 class ProbeRecord(Struct):
@@ -275,18 +287,13 @@ class Policy(Struct):
     severity_overrides: Optional[Object] = None
 
 
-class ProbeSection(Struct):
+class ProbeSection(ProbeRun):
     """A host report's probe: its record and the analysis of its sweep."""
     status: Literal[PROBE_STATUSES]
     confirmations: List[Confirmation]
     errors: List[str]
-    reason: Optional[str] = None
     mountpoint: Optional[str] = None
-    kernel: Optional[str] = None
-    duration_s: Optional[float] = None
-    replica: Optional[Replica] = None
     sweep: Optional[Object] = None
-    allocator: Optional[Allocator] = None
 
 
 class HostReport(Struct):
@@ -394,6 +401,16 @@ class GateFinding(Struct):
     mountpoint: Optional[str] = None
 
 
+class GateAllocator(Struct):
+    """An allocator issue's verdicts side by side (kernel_gate.compare_allocator; null: not measured)."""
+    id: str
+    name: str
+    baseline: Optional[AllocatorVerdict]
+    candidate: Optional[AllocatorVerdict]
+    failed: bool
+    detail: str
+
+
 class KernelGate(Struct):
     """reports/<run>/kernel_gate.json (python -m ext4audit kernel-gate)."""
     schema: Literal[KERNEL_GATE_SCHEMA]
@@ -403,6 +420,7 @@ class KernelGate(Struct):
     reason: Optional[str] = None
     policy: Optional[Object] = None
     dspan: Optional[Object] = None
+    allocator: List[GateAllocator] = []
     confirmations: List[Object] = []
     new_findings: List[GateFinding] = []
     failed_checks: List[str] = []
@@ -412,7 +430,7 @@ class KernelGate(Struct):
 # ------------------------------------------------------------------ waiver file (YAML)
 class Waiver(Struct, forbid_unknown_fields=True):
     """One accepted finding (ext4audit/waivers.py): no other fields, a misspelt one would widen it."""
-    rule: str
+    rule: RuleId
     justification: Name
     approver: Name
     expires: datetime.date
@@ -450,7 +468,7 @@ class RuleConfirmation(Struct, forbid_unknown_fields=True):
 class Rule(Struct, forbid_unknown_fields=True):
     """A catalog rule (rules/catalog.yml, or a site rule file); `when` is a predicate of
     ext4audit/engine.py over the fact paths of ext4audit/fact_paths.py."""
-    id: typing.Annotated[str, Meta(pattern=RULE_ID_PATTERN)]
+    id: RuleId
     title: str
     scope: Literal[RULE_SCOPES]
     kind: Literal[RULE_KINDS]
@@ -506,6 +524,47 @@ def explain(exc, model):
     for pattern, name in PATTERNS.items():
         what = what.replace("matching regex %r" % pattern, "that is " + name)
     return "%s: %s" % (path, what)
+
+
+class Failure(typing.NamedTuple):
+    """Where a document fails its model: the steps from its root ("rules", 3, "tags", 0), msgspec's
+    text for it, the field a "missing required" or "unknown" error names (else None) with the
+    fields its object may have, the values a Literal allows there, and a hint where YAML's typing
+    is the likely cause."""
+    steps: List[Any]
+    what: str
+    field: Optional[str]
+    fields: Tuple[str, ...]
+    choices: List[str]
+    hint: str
+
+
+_NAMED_FIELD = re.compile(r"^Object (?:missing required|contains unknown) field `(?P<field>.*)`$")
+# msgspec's `got` type for a bare YAML scalar where text belongs, and how to write it as text
+_YAML_TYPED = {"int": "quote numbers", "float": "quote numbers", "bool": "quote yes, no, on, off, true and false",
+               "date": "quote dates", "datetime": "quote dates"}
+_GOT = re.compile(r"^Expected `str[^`]*`, got `(?P<got>\w+)`$")
+
+
+def failure(exc, model):
+    """A msgspec.ValidationError against model, taken apart for a reader's own message (the YAML
+    readers name the waiver or rule, the field and the value a site wrote, in their terms)."""
+    match = _AT.match(str(exc))
+    what, path = (match.group("what"), match.group("path")) if match else (str(exc), "$")
+    steps = []
+    for step in _STEP.finditer(path[1:]):
+        index = step.group(0)[1:-1]
+        steps.append(step.group(1) or (int(index) if index.isdigit() else index))
+    kind, named, got = _field_type(model, path), _NAMED_FIELD.match(what), _GOT.match(what)
+    return Failure(steps, what, named.group("field") if named else None,
+                   field_names(kind)[1] if named and isinstance(kind, type) else (), _literal_values(kind),
+                   " (%s)" % _YAML_TYPED[got.group("got")] if got and got.group("got") in _YAML_TYPED else "")
+
+
+def field_names(model):
+    """(required, all) field names of a model, in its order."""
+    fields = msgspec.structs.fields(model)
+    return tuple(f.name for f in fields if f.required), tuple(f.name for f in fields)
 
 
 def _field_type(model, path):

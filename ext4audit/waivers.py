@@ -19,22 +19,27 @@ report, marked waived. An expired waiver waives nothing and is listed loudly in 
 Semantics follow InSpec's (justification required, expiry evaluated at run time) with the
 expiry pinned to UTC.
 
-No other fields: a misspelt one would widen the waiver. justification and approver are text and
-the lists hold names: a number or a mapping is an error, never turned into text. An expiry's
-year runs from 2000 to 2100 (0999 or 20277 is a typo), and expiries compare as moments.
+The file's shape is the contract's (contract.WaiverFile, published as schemas/waivers.json): no
+other fields, a misspelt one would widen the waiver; justification and approver are text and the
+lists hold names: a number or a mapping is an error, never turned into text. An expiry's year
+runs from 2000 to 2100 (0999 or 20277 is a typo), and expiries compare as moments.
 """
 
 import datetime
 import fnmatch
-import re
+
+import msgspec
 
 from . import contract, kernel_records, reports, safe_yaml
 
-REQUIRED = ("rule", "justification", "approver", "expires")
 SCOPES = ("hosts", "groups", "mountpoints")
 RECORDS = "records"  # kernel CNA record ids, for the {kernel_records: CLASS} rules
-_RECORD_ID = re.compile(contract.RECORD_ID_PATTERN)
+REQUIRED, FIELDS = contract.field_names(contract.Waiver)
 FIRST_YEAR, LAST_YEAR = 2000, 2100  # an expiry outside these is a typo (0999, 20277), not a policy
+# what a field must be, for the message when the contract's model refuses it
+NEEDS = {"rule": "a rule id", "justification": "text", "approver": "text",
+         "hosts": "a list of names", "groups": "a list of names", "mountpoints": "a list of names",
+         RECORDS: "a non-empty list of CVE ids (CVE-YYYY-NNNN)"}
 
 
 class WaiverError(ValueError):
@@ -42,6 +47,8 @@ class WaiverError(ValueError):
 
 
 def _expiry(value, where):
+    """A date, or a date and time (docs/waivers-and-tailoring.md), as a moment in UTC: more than
+    the model's date can say, so expires is read here and the model checks the date of it."""
     if isinstance(value, datetime.datetime):
         moment = value
     elif isinstance(value, datetime.date):
@@ -77,49 +84,61 @@ def load(path, known_rules=None):
     return parse(doc, known_rules, source=path)
 
 
-def _names(entry, field, where):
-    """hosts, groups or mountpoints: a list of non-empty strings (never numbers turned into text:
-    a waiver must say exactly what it waives)."""
-    value = entry.get(field)
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
-        raise WaiverError("%s: %s must be a list of names (quote numbers), got %r" % (where, field, value))
-    return value
+def _where(source, index, entry):
+    rule = entry.get("rule") if isinstance(entry, dict) else None
+    return "%s: waiver #%d (%s)" % (source, index, rule if isinstance(rule, str) else "no rule")
+
+
+def _unset(value):
+    return value is None or value == ""
+
+
+def _refused(exc, doc, source):
+    """The model's refusal as a message naming the file, the waiver (#n and its rule) and the field."""
+    failed = contract.failure(exc, contract.WaiverFile)
+    if len(failed.steps) < 2:
+        return "%s: expected a mapping with a 'waivers' list (%s)" % (source, contract.explain(exc, contract.WaiverFile))
+    index = failed.steps[1]
+    entry = doc["waivers"][index]
+    where = _where(source, index + 1, entry)
+    if len(failed.steps) == 2 and failed.field is None:
+        return "%s: waiver #%d is not a mapping" % (source, index + 1)
+    field = failed.field if len(failed.steps) == 2 else failed.steps[2]
+    if field in REQUIRED and _unset(entry.get(field)):  # missing, null or ""
+        return "%s has no %s; every waiver needs %s" % (where, field, ", ".join(REQUIRED))
+    if field not in FIELDS:  # a misspelt hosts: or mountpoints: would widen the waiver to the whole fleet
+        return "%s: unknown field %s (fields: %s)" % (where, field, ", ".join(FIELDS))
+    return "%s: %s must be %s%s, got %r" % (where, field, NEEDS[field], failed.hint, entry[field])
 
 
 def parse(doc, known_rules=None, source="waivers"):
+    """The waivers of a waiver file's document: its shape is the contract's (contract.WaiverFile);
+    what a model cannot say is checked here (a known rule, text that is not blank, the expiry)."""
     if doc is None:
         return []
-    if not isinstance(doc, dict) or not isinstance(doc.get("waivers", []), list):
-        raise WaiverError("%s: expected a mapping with a 'waivers' list" % source)
+    entries = doc.get("waivers") if isinstance(doc, dict) else None
+    expiries = {}  # read by _expiry (a date, or a date and time); the model checks the date of each
+    if isinstance(entries, list):
+        for index, entry in enumerate(entries, 1):
+            if isinstance(entry, dict) and not _unset(entry.get("expires")):
+                expiries[index] = _expiry(entry["expires"], _where(source, index, entry))
+        doc = dict(doc, waivers=[dict(entry, expires=expiries[index].date()) if index in expiries else entry
+                                 for index, entry in enumerate(entries, 1)])
+    try:
+        msgspec.convert(doc, contract.WaiverFile, strict=True)
+    except msgspec.ValidationError as exc:
+        raise WaiverError(_refused(exc, doc, source))
     waivers = []
-    for index, entry in enumerate(doc.get("waivers") or [], 1):
-        if not isinstance(entry, dict):
-            raise WaiverError("%s: waiver #%d is not a mapping" % (source, index))
-        rule = entry.get("rule")
-        where = "%s: waiver #%d (%s)" % (source, index, rule if isinstance(rule, str) else "no rule")
-        for field in REQUIRED:
-            if entry.get(field) is None or entry.get(field) == "":
-                raise WaiverError("%s has no %s; every waiver needs %s" % (where, field, ", ".join(REQUIRED)))
-        fields = REQUIRED + SCOPES + (RECORDS,)
-        unknown = sorted((str(key) for key in entry if key not in fields))
-        if unknown:  # a misspelt hosts: or mountpoints: would widen the waiver to the whole fleet
-            raise WaiverError("%s: unknown field %s (fields: %s)" % (where, unknown[0], ", ".join(fields)))
-        if not isinstance(rule, str):
-            raise WaiverError("%s: waiver #%d: rule must be a rule id, got %r" % (source, index, rule))
-        if known_rules is not None and rule not in known_rules:
-            raise WaiverError("%s: waiver #%d names unknown rule %s" % (source, index, rule))
+    for index, entry in enumerate(entries or [], 1):
+        where = _where(source, index, entry)
+        if known_rules is not None and entry["rule"] not in known_rules:
+            raise WaiverError("%s: waiver #%d names unknown rule %s" % (source, index, entry["rule"]))
         for field in ("justification", "approver"):
-            if not isinstance(entry[field], str) or not entry[field].strip():
+            if not entry[field].strip():
                 raise WaiverError("%s: %s must be text, got %r" % (where, field, entry[field]))
-        scopes = dict((field, _names(entry, field, where)) for field in SCOPES + (RECORDS,))
-        bad = [record for record in scopes[RECORDS] if not _RECORD_ID.match(record)]
-        if bad or (RECORDS in entry and not scopes[RECORDS]):  # an empty list would waive every record
-            raise WaiverError("%s: records must be a non-empty list of CVE ids (CVE-YYYY-NNNN), got %r"
-                              % (where, entry[RECORDS]))
-        waivers.append(dict(scopes, index=index, rule=rule, justification=entry["justification"].strip(),
-                            approver=entry["approver"].strip(), expires=_expiry(entry["expires"], where)))
+        waivers.append(dict(((field, entry.get(field) or []) for field in SCOPES + (RECORDS,)), index=index,
+                            rule=entry["rule"], justification=entry["justification"].strip(),
+                            approver=entry["approver"].strip(), expires=expiries[index]))
     return waivers
 
 

@@ -49,7 +49,7 @@ CASES = [
      "rule EXT4_DATA_WRITEBACK: message placeholder {mountpoint.__class__.__mro__} is not one of the plain fields"),
     ("probe", "rules/catalog.yml", "probe: xattr_set, confirmed_at: 1.5, escalate_to: high",
      "probe: xattr_sett, confirmed_at: 1.5, escalate_to: high",
-     "rule EXT4_SMALL_JOURNAL: confirmation probe 'xattr_sett' is not one of the probe's confirmations"),
+     "rule EXT4_SMALL_JOURNAL: confirmation.probe 'xattr_sett' is not one of rename_over_existing, "),
     ("waiver", "inventory/waivers.yml", "expires: 2027-06-30", "expires: 0999-06-30",
      "waiver #1 (EXT4_DIOREAD_NOLOCK_NODELALLOC): expires 0999-06-30 is not a year from 2000 to 2100"),
 ]

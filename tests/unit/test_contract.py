@@ -8,12 +8,11 @@ import json
 import os
 
 import jsonschema
-import msgspec
 import pytest
 import yaml
 
 from conftest import ROOT, module_return_doc
-from ext4audit import SEVERITIES, catalog as catalog_mod, contract, waivers as waivers_mod
+from ext4audit import SEVERITIES, contract
 from ext4audit.parsers import ext4_parsers
 
 
@@ -164,21 +163,3 @@ def test_no_schema_id_is_written_twice():
                 if '"%s"' % schema_id in handle.read():
                     holders.append(os.path.relpath(path, ROOT))
         assert len(holders) == 1, (schema_id, holders)
-
-
-
-def _fields(model):
-    """(required, all) field names of a model."""
-    fields = msgspec.structs.fields(model)
-    return {f.name for f in fields if f.required}, {f.name for f in fields}
-
-
-def test_the_waiver_and_rule_models_name_the_fields_their_readers_check():
-    """waivers.py and catalog.py check the YAML a site writes with messages that name the entry
-    and the rule; the published schema is the models': the two must agree on the fields."""
-    required, every = _fields(contract.Waiver)
-    assert required == set(waivers_mod.REQUIRED) and every == set(waivers_mod.REQUIRED + waivers_mod.SCOPES
-                                                                   + (waivers_mod.RECORDS,))
-    required, every = _fields(contract.Rule)
-    assert required == set(catalog_mod.REQUIRED) and every == set(catalog_mod.REQUIRED + catalog_mod.OPTIONAL)
-    assert _fields(contract.Escalation)[1] == set(catalog_mod.ESCALATE_FIELDS)

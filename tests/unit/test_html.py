@@ -325,6 +325,34 @@ def test_kernel_gate_comparison_is_drawn_when_the_run_has_one(run):
     assert "kernel_gate.json could not be read" in Page(page).text
 
 
+def test_kernel_gate_shows_the_allocator_verdicts(run):
+    """A real gate's kernel_gate.json (molecule/kernels: Debian 12's 6.1 against 6.12, on one-CPU
+    VMs): each of Chopper's allocator issues with its baseline and candidate verdicts, the two
+    regressions failed, the inconclusive one with its reason; a tampered reason stays text."""
+    run_dir, summary, host_reports, catalog = run
+    with open(os.path.join(ROOT, "tests", "fixtures", "kernel_gate", "upgrade-6.1-to-6.12.json")) as handle:
+        gate = json.load(handle)
+    gate["allocator"][3]["detail"] = HOSTILE
+    reports.write_json(os.path.join(run_dir, "kernel_gate.json"), gate)
+    page = report_html.render(summary, host_reports, catalog, run_dir)
+    section = page[page.index('id="kernel-gate"'):page.index('id="hosts"')]
+    assert "<script>" not in section and "&lt;script&gt;" in section
+    rows = Page(section).rows
+    start = rows.index(["allocator issue", "baseline", "candidate", "gate"])
+    assert rows[start + 1:start + 5] == [
+        ["Scheduler Dependency", "inconclusive", "inconclusive",
+         "ok: inconclusive -> inconclusive (baseline inconclusive: one CPU: cannot be measured; "
+         "candidate inconclusive: one CPU: cannot be measured)"],
+        ["Special End", "absent", "present", "FAIL: absent -> present"],
+        ["Shared Global", "absent", "present", "FAIL: absent -> present"],
+        ["Normalization", "absent", "absent", "ok: " + HOSTILE]]
+    assert section.count('<tr class="bad">') == 2
+    gate["allocator"][0]["baseline"] = "maybe"  # not a verdict: the page says the file could not be read
+    reports.write_json(os.path.join(run_dir, "kernel_gate.json"), gate)
+    text = Page(report_html.render(summary, host_reports, catalog, run_dir)).text
+    assert "kernel_gate.json could not be read" in text and "$.allocator[0].baseline 'maybe' is not one of" in text
+
+
 def test_kernel_gate_lists_the_kernel_records(run):
     run_dir, summary, host_reports, catalog = run
     from test_kernel_gate import RECORDS, kernel

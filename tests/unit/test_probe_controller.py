@@ -215,8 +215,9 @@ def test_few_runs_give_quantiles_only_and_garbage_is_ignored():
 @pytest.mark.parametrize("confirmation, message", [
     ({"probe": "rename_over_existing", "confirmed_at": 0.5, "escalate_to": "medium"}, "ratio above 1"),
     ({"probe": "rename_over_existing", "confirmed_at": 2.0, "escalate_to": "urgent"}, "escalate_to"),
-    ({"probe": "rename_over_existing", "confirmed_at": 2.0}, "needs exactly"),
-    ({"probe": "$(reboot)", "confirmed_at": 2.0, "escalate_to": "medium"}, "not a probe id"),
+    ({"probe": "rename_over_existing", "confirmed_at": 2.0}, "confirmation has no escalate_to"),
+    ({"probe": "$(reboot)", "confirmed_at": 2.0, "escalate_to": "medium"},
+     r"confirmation.probe '\$\(reboot\)' is not one of rename_over_existing, "),
 ])
 def test_catalog_validates_confirmations(tmp_path, confirmation, message):
     doc = yaml.safe_load(open(os.path.join(catalog_mod.RULES_DIR, "catalog.yml")))

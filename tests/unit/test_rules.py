@@ -10,7 +10,7 @@ import pytest
 
 from ext4audit.parsers import ext4_parsers as p, kernel_version
 from conftest import ROOT, fixture_text
-from ext4audit import catalog as catalog_mod, engine, probe
+from ext4audit import catalog as catalog_mod, contract, engine, probe
 
 CATALOG = catalog_mod.load()
 DEFAULT_OPTIONS = p.parse_ext4_options(fixture_text("ext4_options", "kernel-6.18-defaults.txt"))
@@ -223,10 +223,10 @@ TYPOS = [
     ("placeholder-in-because", set_in("EXT4_NOBARRIER", "escalate", 0, "because", value="cache {cache_mode}"),
      "rule EXT4_NOBARRIER: because placeholder {cache_mode} is not"),
     ("probe-misspelt", set_in("EXT4_AUTO_DA_ALLOC_RENAME", "confirmation", "probe", value="rename_over_existng"),
-     "rule EXT4_AUTO_DA_ALLOC_RENAME: confirmation probe 'rename_over_existng' is not one of the probe's"),
+     "rule EXT4_AUTO_DA_ALLOC_RENAME: confirmation.probe 'rename_over_existng' is not one of rename_over_existing, "),
     ("field-misspelt", set_in("EXT4_NOBARRIER", "escalte", value=[]), "rule EXT4_NOBARRIER: unknown field escalte"),
     ("escalate-field-misspelt", set_in("EXT4_NOBARRIER", "escalate", 0, "becuase", value="x"),
-     "rule EXT4_NOBARRIER: escalate must be a list of entries with exactly when, severity, because"),
+     "rule EXT4_NOBARRIER: escalate[0]: unknown field becuase (fields: when, severity, because)"),
     ("all-and-any", set_in("EXT4_DATA_JOURNAL", "when", value={"all": [{"fact": "opt.data", "eq": "journal"}],
                                                              "any": [{"fact": "opt.nosuch", "eq": 1}]}),
      "rule EXT4_DATA_JOURNAL: predicate"),
@@ -270,7 +270,7 @@ def test_the_fact_paths_are_what_the_engine_computes():
     record = facts()
     assert set(engine.filesystem_context(record["filesystems"][0], record)["derived"]) == set(fact_paths.DERIVED)
     assert set(engine.host_context(record)["host"]) == set(fact_paths.HOST)
-    assert set(fact_paths.BY_SCOPE) == set(catalog_mod.SCOPES)
+    assert set(fact_paths.BY_SCOPE) == set(contract.RULE_SCOPES)
 
 
 def test_the_fact_paths_cover_every_fixture():
@@ -287,8 +287,3 @@ def test_the_fact_paths_cover_every_fixture():
             assert set(p.parse_jbd2_info(fixture_text("jbd2", name))) <= set(fact_paths.JBD2), name
 
 
-def test_the_probe_ids_are_the_probes():
-    """Read from the probe's source: the same ids the role runs by default (all of them)."""
-    import yaml
-    with open(os.path.join(ROOT, "roles", "chopper_probe", "defaults", "main.yml")) as handle:
-        assert catalog_mod.probe_ids() == set(yaml.safe_load(handle)["chopper_probe_confirmations"])
