@@ -214,10 +214,9 @@ class Sections:
         def shown(mapping, key):  # {{ mapping.key }} (jinja2.ChainableUndefined: "" when missing)
             return escape(mapping[key]) if isinstance(mapping, dict) and key in mapping else ""
 
-        waiver, rule = f.get("waiver"), shown(f, "rule")
+        waiver, rule, severity = f.get("waiver"), shown(f, "rule"), shown(f, "severity")
         out = ['<article class="finding sev-border-%s%s">\n<h4><span class="sev sev-%s">%s</span> <code>%s</code> %s\n'
-               % (shown(f, "severity"), " waived" if f.get("waived") else "", shown(f, "severity"), shown(f, "severity"),
-                  rule, shown(f, "title"))]
+               % (severity, " waived" if f.get("waived") else "", severity, severity, rule, shown(f, "title"))]
         if f.get("waived"):
             out.append('<span class="mark waived-mark">waived</span>')
         if waiver and waiver.get("status") == "expired":

@@ -169,5 +169,5 @@ def test_the_text_formats_escape_as_elementtree_and_a_per_character_table_do(tex
     clean = junit.xml_text(text)
     assert junit._attrib(text) == ET._escape_attrib(clean)
     assert writers.replace_all(clean, junit._XML_CDATA) == ET._escape_cdata(clean)
-    table = str.maketrans(dict(({"&": "&amp;", "<": "&lt;", ">": "&gt;"}), **{c: "\\" + c for c in "\\`*_[]{}()#+!|~$-"}))
+    table = str.maketrans(dict({"&": "&amp;", "<": "&lt;", ">": "&gt;"}, **{c: "\\" + c for c in "\\`*_[]{}()#+!|~$-"}))
     assert markdown.md(text) == markdown._MD_BREAKS.sub(" ", text.translate(table))
