@@ -14,9 +14,13 @@ placeholder. With --run, the facts and probe records of a real run folder (e.g. 
 audit` collected) are reported instead, with inventories/local's waivers and no baseline, as
 `make audit` reports them. Prints each differing file and its first differing line; exit 1 if any differ.
 A file only the tree writes is a difference too, unless named with --new (a new format).
+With --without-record-titles, the before side's kernel CNA record findings had each record's
+title in their message (` "TITLE" (first fixed in ...)`, before 5112dba): the before side's files
+lose those titles, as each format escapes them, before the comparison; the rest must be identical.
 """
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -66,10 +70,29 @@ def files(run):
     return sorted(os.path.relpath(os.path.join(d, f), run) for d, _, names in os.walk(run) for f in names)
 
 
-def normalized(path, code):
+def normalized(path, code, drop=()):
+    """The file's bytes, the checkout's path replaced; drop: (text, replacement) pairs applied first."""
     with open(path, "rb") as handle:
         data = handle.read()
+    for text, replacement in drop:
+        data = data.replace(text, replacement)
     return data.replace(os.path.realpath(code).encode(), b"@CHECKOUT@") if path.endswith(".sarif") else data
+
+
+def record_titles():
+    """(` "TITLE" (`, ` (`) in every escaping a format gives a finding's message (JSON and TAP's
+    YAML, HTML, XML attribute and text, Markdown), for every record: a record's title as the
+    message carried it, followed by where its fix is (so the evidence's "title" is never matched)."""
+    sys.path[:0] = [ROOT]
+    from ext4audit import html, junit, kernel_records, markdown, writers
+
+    escapes = (lambda t: json.dumps(t)[1:-1], html.escape, junit._attrib, markdown.md,
+               lambda t: writers.replace_all(t, junit._XML_CDATA))
+    pairs = set()
+    for record in kernel_records.load()["records"]:
+        title = ' "%s" (' % " ".join(record["title"].split())
+        pairs.update((escape(title).encode(), escape(" (").encode()) for escape in escapes)
+    return sorted(pairs, key=lambda pair: -len(pair[0]))
 
 
 def main():
@@ -80,6 +103,8 @@ def main():
     parser.add_argument("--run", metavar="DIR", help="a real run folder whose facts/ and probe/ are reported instead")
     parser.add_argument("--new", action="append", default=[], metavar="FILE",
                         help="a file of the run folder that only this tree writes (a new format), not a difference")
+    parser.add_argument("--without-record-titles", action="store_true",
+                        help="the before side's kernel record messages lose their records' titles (see above)")
     args = parser.parse_args()
     base = tempfile.mkdtemp(prefix="same-reports-", dir=args.workdir)
     try:
@@ -104,10 +129,10 @@ def main():
         differ = sorted(set(names["before"]) ^ set(names["after"]) - set(args.new))
         for name in differ:
             print("only %s: %s" % ("before" if name in names["before"] else "after", name))
-        same = 0
+        same, drop = 0, record_titles() if args.without_record_titles else ()
         for name in sorted(set(names["before"]) & set(names["after"])):
             (run_a, code_a), (run_b, code_b) = runs["before"], runs["after"]
-            a, b = normalized(os.path.join(run_a, name), code_a), normalized(os.path.join(run_b, name), code_b)
+            a, b = normalized(os.path.join(run_a, name), code_a, drop), normalized(os.path.join(run_b, name), code_b)
             if a == b:
                 same += 1
                 continue

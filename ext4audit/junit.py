@@ -18,14 +18,13 @@ def xml_text(value):
     return _XML_BAD.sub("\ufffd", "" if value is None else str(value))
 
 
-# ElementTree's escaping (xml.etree.ElementTree._escape_attrib and _escape_cdata), as tables.
-_XML_ATTRIB = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "\r": "&#13;", "\n": "&#10;",
-                             "\t": "&#09;"})
-_XML_CDATA = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
+# ElementTree's escaping (xml.etree.ElementTree._escape_attrib and _escape_cdata), "&" first.
+_XML_CDATA = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"))
+_XML_ATTRIB = _XML_CDATA + (('"', "&quot;"), ("\r", "&#13;"), ("\n", "&#10;"), ("\t", "&#09;"))
 
 
 def _attrib(value):
-    return xml_text(value).translate(_XML_ATTRIB)
+    return writers.replace_all(xml_text(value), _XML_ATTRIB)
 
 
 _attrib_of_rule = functools.lru_cache(maxsize=1024)(_attrib)  # rule ids repeat in every suite
@@ -52,8 +51,8 @@ def suite(report, fail_on):
     def case(item_name, child, attributes=(), text=None):
         counts[child] += 1
         attrs = "".join(' %s="%s"' % (key, _attrib(value)) for key, value in attributes)
-        inner = ("<%s%s>%s</%s>" % (child, attrs, xml_text(text).translate(_XML_CDATA), child) if text is not None
-                 else "<%s%s />" % (child, attrs))
+        inner = ("<%s%s>%s</%s>" % (child, attrs, writers.replace_all(xml_text(text), _XML_CDATA), child)
+                 if text is not None else "<%s%s />" % (child, attrs))
         cases.append(head + item_name + '">\n      ' + inner + "\n    </testcase>")
 
     if report["status"] != "audited":

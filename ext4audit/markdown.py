@@ -9,13 +9,14 @@ import re
 
 from . import policy as policy_mod, probe, probe_actions, reports, severity_rank, writers
 
-_MD = str.maketrans(dict({"&": "&amp;", "<": "&lt;", ">": "&gt;"}, **{c: "\\" + c for c in "\\`*_[]{}()#+!|~$-"}))
+# The backslash first (the others add one), "&" before the entities.
+_MD = (("\\", "\\\\"), ("&", "&amp;"), ("<", "&lt;"), (">", "&gt;")) + tuple((c, "\\" + c) for c in "`*_[]{}()#+!|~$-")
 _MD_BREAKS = re.compile(r"[\r\n\t]+")
 
 
 def md(value):
     """Escape a host-provided string for Markdown and inline HTML (GitHub job summaries render both)."""
-    text = ("" if value is None else str(value)).translate(_MD)
+    text = writers.replace_all("" if value is None else str(value), _MD)
     return _MD_BREAKS.sub(" ", text) if "\n" in text or "\r" in text or "\t" in text else text
 
 
