@@ -20,7 +20,7 @@ description:
     which returns this module's result once the job ends.
   - Its action plugin reads the probe's code from the role's files and picks O(workdir); a task
     gives only O(job).
-  - Changes nothing on the host: the probe works in its own scratch directory and removes what it
+  - Changes nothing on the host. The probe works in its own scratch directory and removes what it
     made; this module removes what it wrote.
 options:
   job:
