@@ -33,7 +33,7 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("argv: expected a non-empty list of strings, the command and its arguments")
         argv = [to_text(arg) for arg in argv]
         try:
-            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
         except OSError as exc:
             result.update(changed=False, failed=True, rc=2, msg="%s: %s" % (argv[0], exc.strerror),
                           stdout="", stderr="", stdout_lines=[], stderr_lines=[])
