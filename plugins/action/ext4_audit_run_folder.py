@@ -1,9 +1,10 @@
 """Action ext4_audit_run_folder: make a run folder's facts/ and probe/ on the controller and write
-a batch of record files into facts/, inside Ansible's worker process.
+a batch of record files into them, inside Ansible's worker process.
 
     - ext4_audit_run_folder:
         path: "{{ ext4_audit_run_dir }}"      # made with facts/ and probe/ when missing
         facts: {"<file name>.json": "<text>"}   # optional: records to write into facts/
+        probe: {"<file name>.json": "<text>"}   # optional: records to write into probe/
 
 A module would cost a Python start and a module run on the controller per call: once for the
 folder and once per batch of records (before, a `copy` per host cost two). Each file is written
@@ -23,27 +24,30 @@ SUBFOLDERS = ("facts", "probe")
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("path", "facts"))
+    _VALID_ARGS = frozenset(("path",) + SUBFOLDERS)
     _supports_check_mode = True
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        folder, files = self._task.args.get("path"), self._task.args.get("facts") or {}
+        folder = self._task.args.get("path")
         if not isinstance(folder, str) or not folder:
             raise AnsibleActionFail("path: the run folder is required")
-        if not isinstance(files, dict) or not all(isinstance(text, str) for text in files.values()):
-            raise AnsibleActionFail("facts: expected a mapping of file name -> text")
-        for name in files:
-            if not name or name.startswith(".") or os.path.basename(name) != name or not name.endswith(".json"):
-                raise AnsibleActionFail("facts: not a plain record file name: %r" % name)
+        batches = dict((sub, self._task.args.get(sub) or {}) for sub in SUBFOLDERS)
+        for sub, files in batches.items():
+            if not isinstance(files, dict) or not all(isinstance(text, str) for text in files.values()):
+                raise AnsibleActionFail("%s: expected a mapping of file name -> text" % sub)
+            for name in files:
+                if not name or name.startswith(".") or os.path.basename(name) != name or not name.endswith(".json"):
+                    raise AnsibleActionFail("%s: not a plain record file name: %r" % (sub, name))
         try:
             for sub in SUBFOLDERS:
                 os.makedirs(os.path.join(folder, sub), mode=0o755, exist_ok=True)
-            for name in sorted(files):
-                _write(os.path.join(folder, "facts"), name, files[name])
+            for sub, files in batches.items():
+                for name in sorted(files):
+                    _write(os.path.join(folder, sub), name, files[name])
         except OSError as exc:
             raise AnsibleActionFail("run folder %s: %s" % (folder, exc))
-        result.update(changed=False, path=folder, written=len(files))
+        result.update(changed=False, path=folder, written=sum(len(files) for files in batches.values()))
         return result
 
 

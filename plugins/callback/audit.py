@@ -93,10 +93,10 @@ class CallbackModule(DefaultCallback):
         if result.task.action not in PROGRESS_ACTIONS:
             return
         key = (result.host.get_name(), result.task._uuid)
-        lines = result.result.get("lines") or []
-        for line in lines[self._printed.get(key, 0):]:
+        lines, printed = result.result.get("lines") or [], self._printed.get(key, 0)
+        for line in lines[printed:]:
             self._say("  probe %s: %s" % (key[0], probe_line(line)))
-        self._printed[key] = len(lines)
+        self._printed[key] = max(printed, len(lines))  # a file just removed reads empty: nothing to print again
 
     # ------------------------------------------------------------------ plays and tasks
     def v2_playbook_on_play_start(self, play):

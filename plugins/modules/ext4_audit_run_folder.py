@@ -11,11 +11,11 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 ---
 module: ext4_audit_run_folder
-short_description: Make an audit run folder on the controller and write a batch of facts records into it
+short_description: Make an audit run folder on the controller and write a batch of facts or probe records into it
 description:
   - Makes the run folder with its C(facts/) and C(probe/) subfolders when they are missing.
-  - Writes each record of O(facts) into C(facts/) atomically (a temporary name, flushed, renamed),
-    so a killed run never leaves half a record.
+  - Writes each record of O(facts) into C(facts/) and of O(probe) into C(probe/) atomically (a
+    temporary name, flushed, renamed), so a killed run never leaves half a record.
   - Runs on the controller as an action, without a module run; it writes the run's reports, not a
     change to any audited host, so it runs under check mode too and reports no change.
 options:
@@ -27,6 +27,11 @@ options:
     description:
       - Records to write into C(facts/), file name to text. Names must be plain file names ending
         in C(.json); anything else is refused before anything is written.
+    type: dict
+    default: {}
+  probe:
+    description:
+      - Probe records to write into C(probe/), file name to text; the same rules as O(facts).
     type: dict
     default: {}
 attributes:
@@ -58,7 +63,7 @@ path:
   type: str
   sample: /srv/audit/reports/20261124-120000-000000
 written:
-  description: How many records were written into C(facts/).
+  description: How many records were written into C(facts/) and C(probe/).
   returned: always
   type: int
   sample: 12

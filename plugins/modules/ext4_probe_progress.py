@@ -19,7 +19,11 @@ description:
   - Returns as soon as the file has more lines than O(seen) (after at least O(min_wait_s)) or the
     job has ended, so polling adds no waiting after the probe is done. Its action plugin sets
     O(seen) to the number of lines the previous attempt of the same C(until) loop returned.
-  - Never changes anything; reads at most 64 KiB of progress and 4 KiB of the job file per call.
+  - Once the job has ended, returns its result too (what M(ext4audit.fleet.ext4_probe_run) returned,
+    read from the job's status file), with the probe's progress lines from that result, so no
+    C(async_status) task is needed after the loop.
+  - Never changes anything; reads at most 64 KiB of progress, and 4 KiB of the job file per call
+    while the job runs (32 MiB once it has ended).
 options:
   path:
     description: The probe's progress file (named in its job as C(progress_file)).
@@ -81,6 +85,15 @@ finished:
   returned: always
   type: bool
   sample: false
+job:
+  description: The async job's result once it has ended (null while it runs, or when its status
+    file is gone or unreadable; then C(job_error) says why).
+  returned: always
+  type: dict
+job_error:
+  description: Why there is no job result although the job has ended.
+  returned: when the job ended without a readable result
+  type: str
 """
 
 import errno
@@ -92,6 +105,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 PROGRESS_MAX = 64 * 1024
 JOB_FILE_MAX = 4096  # the "still running" record is tiny; a module's full result is what ends it
+JOB_RESULT_MAX = 32 * 1024 * 1024  # the probe's result with its plan and progress: about 0.5 MiB
 POLL_S = 0.1
 
 
@@ -110,25 +124,30 @@ def read_lines(path):
     return data[:data.rfind(b"\n") + 1].decode("utf-8", "replace").splitlines()
 
 
-def job_finished(results_file):
-    """Whether the async job ended: its status file is gone, or no longer the small running record."""
+def job_state(results_file):
+    """(finished, its result or None, why there is none): the job ended when its status file is gone
+    or is no longer the small "still running" record."""
     try:
         fd = os.open(results_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
         if exc.errno == errno.ENOENT:
-            return True  # async_status then says what became of it
+            return True, None, "the job's status file %s is gone" % results_file
         raise
-    try:
-        data = os.read(fd, JOB_FILE_MAX + 1)
-    finally:
-        os.close(fd)
-    if len(data) > JOB_FILE_MAX:
-        return True
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(JOB_FILE_MAX + 1)
+        if len(data) > JOB_FILE_MAX:
+            data += handle.read(JOB_RESULT_MAX + 1 - len(data))
+    if len(data) > JOB_RESULT_MAX:
+        return True, None, "the job's status file %s is larger than %d bytes" % (results_file, JOB_RESULT_MAX)
     try:
         record = json.loads(data.decode("utf-8", "replace"))
     except ValueError:
-        return True
-    return not (isinstance(record, dict) and record.get("started") and not record.get("finished"))
+        return True, None, "the job's status file %s is not JSON" % results_file
+    if not isinstance(record, dict):
+        return True, None, "the job's status file %s is not a JSON object" % results_file
+    if record.get("started") and not record.get("finished"):
+        return False, None, None
+    return True, record, None
 
 
 def main():
@@ -146,15 +165,19 @@ def main():
     started = time.monotonic()
     try:
         while True:
-            finished = job_finished(params["results_file"])
-            lines = read_lines(params["path"])  # after the check: a finished job's last lines come too
+            finished, job, job_error = job_state(params["results_file"])
+            if finished and job is not None and isinstance(job.get("progress"), list):
+                lines = job["progress"]  # the module removed the file; its result has every line
+            else:
+                lines = read_lines(params["path"])  # after the check: a finished job's last lines come too
             waited = time.monotonic() - started
-            if finished or waited >= params["wait_s"] or (len(lines) != params["seen"] and waited >= params["min_wait_s"]):
+            if finished or waited >= params["wait_s"] or (len(lines) > params["seen"] and waited >= params["min_wait_s"]):
                 break
             time.sleep(POLL_S)
     except OSError as exc:
         module.fail_json(msg="cannot read the probe's progress: %s" % exc)
-    module.exit_json(changed=False, lines=lines, finished=finished)
+    extra = {"job_error": job_error} if job_error else {}
+    module.exit_json(changed=False, lines=lines, finished=finished, job=job, **extra)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,43 @@
+"""Action ext4_probe_run: run the module of that name with the probe's code and a fresh private
+directory's name, so deploying, running and collecting the probe is one module run.
+
+    - ext4_probe_run:
+        job: {...}       # the probe's job
+      async: 600
+      poll: 0
+      register: started  # started.workdir: where the probe's progress.log is
+
+The code is read from the role's files (ext4_probe.py and the ext4_parsers.py it imports). The
+directory's name is random (the module makes it and refuses anything already there), and goes
+back in the result so the task that follows the probe can read its progress file.
+"""
+
+import os
+import secrets
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+# /tmp is sticky: nobody else can rename or remove the root-owned 0700 directory made in it.
+WORKDIR_PARENT = "/tmp"
+CODE = {"probe": "ext4_probe.py", "parsers": "ext4_parsers.py"}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("job",))
+    _supports_async = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        job = self._task.args.get("job")
+        if not isinstance(job, dict):
+            raise AnsibleActionFail("job: expected the probe's job as a mapping")
+        args = {"job": job, "workdir": os.path.join(WORKDIR_PARENT, "ext4-probe-" + secrets.token_hex(12))}
+        for arg, name in CODE.items():
+            with open(self._find_needle("files", name), encoding="utf-8") as handle:
+                args[arg] = handle.read()
+        result.update(self._execute_module(module_args=args, task_vars=task_vars,
+                                           wrap_async=self._task.async_val))
+        result["workdir"] = args["workdir"]
+        return result

@@ -1,0 +1,191 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# SPDX-License-Identifier: MIT
+"""Ansible module: deploy the probe with its job into a private directory, run it, return its result."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: ext4_probe_run
+short_description: Deploy, run and collect the ext4 probe in one module run
+description:
+  - Makes the private directory O(workdir) (mode 0700; refused if anything is there already),
+    writes the probe's code and its job into it, runs the probe as the module's user, reads the
+    probe's result and progress lines, and removes the files it wrote and the directory.
+  - One module run instead of five (temporary directory, copies, job, result, removal). Run it as
+    an async job and follow O(workdir)C(/progress.log) with M(ext4audit.fleet.ext4_probe_progress),
+    which returns this module's result once the job ends.
+  - Its action plugin reads the probe's code from the role's files and picks O(workdir); a task
+    gives only O(job).
+  - Changes nothing on the host. The probe works in its own scratch directory and removes what it
+    made; this module removes what it wrote.
+options:
+  job:
+    description: The probe's job (plan, filesystem facts, limits); C(progress_file) is set here.
+    type: dict
+    required: true
+  workdir:
+    description: The directory to make for the probe's files (set by the action plugin).
+    type: path
+    required: true
+  probe:
+    description: The probe's code, C(ext4_probe.py) (set by the action plugin).
+    type: str
+    required: true
+  parsers:
+    description: The parser module the probe imports, C(ext4_parsers.py) (set by the action plugin).
+    type: str
+    required: true
+attributes:
+  check_mode:
+    support: none
+    description: The probe attaches loop devices and mounts scratch filesystems; the role does not run it under check mode.
+  action:
+    support: full
+    description: Its action plugin adds the probe's code and the private directory's name.
+  async:
+    support: full
+    description: Meant to run as an async job, followed by M(ext4audit.fleet.ext4_probe_progress).
+  diff_mode:
+    support: none
+    description: Changes nothing, so there is no diff.
+notes:
+  - The chopper_probe role calls it; there is no use for it outside a probe run.
+author:
+  - ext4 fleet audit maintainers (@ext4audit)
+"""
+
+EXAMPLES = r"""
+- name: Start the probe
+  ext4audit.fleet.ext4_probe_run:
+    job: "{{ probe_job }}"
+  async: 600
+  poll: 0
+  register: probe_started
+"""
+
+RETURN = r"""
+rc:
+  description: The probe's exit code (0 ok or partial, 4 refused, anything else failed).
+  returned: always
+  type: int
+result:
+  description: The probe's result (its result.json), or null when it wrote none.
+  returned: always
+  type: dict
+progress:
+  description: The probe's progress lines (at most 64 KiB of them).
+  returned: always
+  type: list
+  elements: str
+stderr_lines:
+  description: The last lines the probe wrote to stderr (at most 8 KiB).
+  returned: always
+  type: list
+  elements: str
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+FILES = ("ext4_probe.py", "ext4_parsers.py", "job.json")
+OUTPUTS = ("result.json", "progress.log")
+RESULT_MAX = 16 * 1024 * 1024
+PROGRESS_MAX = 64 * 1024
+STDERR_TAIL = 8 * 1024
+
+
+def make_workdir(path):
+    """The new private directory, held by descriptor; nothing that was there before is used."""
+    os.mkdir(path, 0o700)  # EEXIST for anything already at this path, a symlink included
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    info = os.fstat(fd)
+    if info.st_uid != os.geteuid() or info.st_mode & 0o777 != 0o700:
+        os.close(fd)
+        raise OSError("%s: not the private directory just made (owner %d, mode %o)" % (path, info.st_uid, info.st_mode & 0o777))
+    return fd
+
+
+def write(dir_fd, name, text):
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    with os.fdopen(fd, "wb") as out:
+        out.write(text.encode("utf-8"))
+
+
+def read(dir_fd, name, limit):
+    """At most `limit` bytes of a file the probe wrote, or None when it wrote none."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(limit + 1)
+
+
+def remove(dir_fd, path):
+    """Removes what this module and the probe wrote, then the directory (left if anything else is in it)."""
+    for name in FILES + OUTPUTS:
+        try:
+            os.unlink(name, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
+    os.close(dir_fd)
+    os.rmdir(path)
+
+
+def run_probe(params, dir_fd, workdir):
+    write(dir_fd, "ext4_probe.py", params["probe"])
+    write(dir_fd, "ext4_parsers.py", params["parsers"])
+    write(dir_fd, "job.json", json.dumps(dict(params["job"], progress_file=os.path.join(workdir, "progress.log"))))
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")  # no __pycache__ beside the probe: nothing but FILES to remove
+    with tempfile.TemporaryFile() as stderr:
+        rc = subprocess.call([sys.executable, os.path.join(workdir, "ext4_probe.py"), "run",
+                              os.path.join(workdir, "job.json"), os.path.join(workdir, "result.json")],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
+        stderr.seek(max(0, stderr.tell() - STDERR_TAIL))
+        stderr_lines = stderr.read().decode("utf-8", "replace").splitlines()
+    raw = read(dir_fd, "result.json", RESULT_MAX)
+    if raw is not None and len(raw) > RESULT_MAX:
+        raise ValueError("result.json is larger than %d bytes" % RESULT_MAX)
+    progress = read(dir_fd, "progress.log", PROGRESS_MAX) or b""
+    progress = progress[:progress.rfind(b"\n") + 1].decode("utf-8", "replace").splitlines()
+    return dict(rc=rc, result=None if raw is None else json.loads(raw.decode("utf-8")),
+                progress=progress, stderr_lines=stderr_lines)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            job=dict(type="dict", required=True),
+            workdir=dict(type="path", required=True),
+            probe=dict(type="str", required=True),
+            parsers=dict(type="str", required=True),
+        ),
+        supports_check_mode=False,
+    )
+    workdir = module.params["workdir"]
+    try:
+        dir_fd = make_workdir(workdir)
+    except OSError as exc:
+        module.fail_json(msg="cannot make the probe's private directory %s: %s" % (workdir, exc))
+    try:
+        outcome = run_probe(module.params, dir_fd, workdir)
+    except (OSError, ValueError) as exc:
+        outcome = dict(failed=True, msg="probe in %s: %s" % (workdir, exc))
+    try:
+        remove(dir_fd, workdir)
+    except OSError as exc:
+        module.warn("could not remove the probe's private directory %s: %s" % (workdir, exc))
+    module.exit_json(changed=False, **outcome)
+
+
+if __name__ == "__main__":
+    main()
