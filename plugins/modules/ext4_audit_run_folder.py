@@ -34,20 +34,9 @@ options:
       - Probe records to write into C(probe/), file name to text; the same rules as O(facts).
     type: dict
     default: {}
-attributes:
-  check_mode:
-    support: full
-    description: Runs under check mode and returns the same result.
-  diff_mode:
-    support: none
-    description: Changes nothing, so there is no diff.
-  action:
-    support: full
-    description: An action plugin on the controller; no module runs on a host.
-notes:
-  - The roles of this collection call it; there is no use for it outside an audit run.
-author:
-  - ext4 fleet audit maintainers (@ext4audit)
+extends_documentation_fragment:
+  - ext4audit.fleet.common
+  - ext4audit.fleet.common.controller
 """
 
 EXAMPLES = r"""

@@ -39,21 +39,14 @@ options:
     elements: str
     default: [nfs, nfs4, cifs, smb3, smbfs, afs, 9p, ceph, glusterfs, lustre, gpfs, beegfs, fuse.sshfs,
               fuse.glusterfs, fuse.cephfs, fuse.s3fs, fuse.gcsfuse, fuse.rclone, davfs, fuse.davfs2]
-attributes:
-  check_mode:
-    support: full
-    description: Runs under check mode and returns the same result.
-  diff_mode:
-    support: none
-    description: Changes nothing, so there is no diff.
 notes:
   - Target side needs only Python >= 3.8 and e2fsprogs.
 seealso:
   - name: ext4 admin guide
     description: The kernel's documentation of every ext4 mount option.
     link: https://www.kernel.org/doc/html/latest/admin-guide/ext4.html
-author:
-  - ext4 fleet audit maintainers (@ext4audit)
+extends_documentation_fragment:
+  - ext4audit.fleet.common
 """
 
 EXAMPLES = r"""

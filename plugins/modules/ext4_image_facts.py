@@ -68,20 +68,13 @@ options:
       convert) may run before it is killed; a filesystem whose check did not finish is not clean.
     type: int
     default: 900
-attributes:
-  check_mode:
-    support: full
-    description: Runs under check mode and returns the same result.
-  diff_mode:
-    support: none
-    description: Changes nothing, so there is no diff.
 notes:
   - Needs e2fsprogs (and qemu-utils for qcow2) on the host that runs it, usually the controller.
   - Partition tables are read with 512-byte sectors (and 4096 for GPT); LVM and md sources in fstab
     are not followed and are listed in C(errors).
   - Only x86 bzImage kernels are read; the page size is taken as 4096 (x86).
-author:
-  - ext4 fleet audit maintainers (@ext4audit)
+extends_documentation_fragment:
+  - ext4audit.fleet.common
 """
 
 EXAMPLES = r"""

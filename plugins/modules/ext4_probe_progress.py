@@ -47,19 +47,13 @@ options:
     type: float
     default: 0.5
 attributes:
-  check_mode:
-    support: full
-    description: Runs under check mode and returns the same result.
   action:
     support: full
     description: Its action plugin passes O(seen) from the previous attempt; the module runs on the host.
-  diff_mode:
-    support: none
-    description: Changes nothing, so there is no diff.
 notes:
   - The chopper_probe role calls it; there is no use for it outside a probe run.
-author:
-  - ext4 fleet audit maintainers (@ext4audit)
+extends_documentation_fragment:
+  - ext4audit.fleet.common
 """
 
 EXAMPLES = r"""

@@ -49,13 +49,10 @@ attributes:
   async:
     support: full
     description: Meant to run as an async job, followed by M(ext4audit.fleet.ext4_probe_progress).
-  diff_mode:
-    support: none
-    description: Changes nothing, so there is no diff.
 notes:
   - The chopper_probe role calls it; there is no use for it outside a probe run.
-author:
-  - ext4 fleet audit maintainers (@ext4audit)
+extends_documentation_fragment:
+  - ext4audit.fleet.common
 """
 
 EXAMPLES = r"""
