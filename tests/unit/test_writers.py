@@ -121,6 +121,9 @@ def test_print_json_prints_summary_json(run_dir):
     assert json.loads(out)["verdict"] == "incomplete"
 
 
+CONTROLLER_ACTION = "ext4audit.fleet.ext4_audit_controller"  # runs the controller's commands
+
+
 def test_the_role_passes_ext4_audit_formats_to_the_controller():
     role = os.path.join(ROOT, "roles", "ext4_audit")
     defaults = yaml.safe_load(open(os.path.join(role, "defaults", "main.yml")))
@@ -131,8 +134,8 @@ def test_the_role_passes_ext4_audit_formats_to_the_controller():
     for task in ("prepare", "report"):  # the preflight checks the names, the report step writes them
         argv = yaml.safe_load(open(os.path.join(role, "tasks", task + ".yml")))
         # argv as a list, or built from list variables of the task (plus the site rule options)
-        commands = [value for t in argv if "ansible.builtin.command" in t
-                    for value in [t["ansible.builtin.command"]["argv"]] + list((t.get("vars") or {}).values())
+        commands = [value for t in argv for module in (CONTROLLER_ACTION, "ansible.builtin.command") if module in t
+                    for value in [t[module]["argv"]] + list((t.get("vars") or {}).values())
                     if isinstance(value, list)]
         assert any(c[c.index("--formats") + 1] == "{{ ext4_audit_formats_list }}" for c in commands
                    if "--formats" in c), task
