@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Benchmark: `make audit` on the local inventory (this machine, probe on), with a per-task timer.
 
-    sudo .venv/bin/python bench/make_audit.py [--tree DIR ...] [--repeat 5] [--cold]
+    sudo .venv/bin/python bench/make_audit.py [--tree DIR ...] [--repeat 5] [--cold] [--make-audit]
 
-Runs `ansible-playbook playbooks/audit.yml` in each checkout given (default: this one; give
+Runs `ansible-playbook playbooks/audit.yml` (with --make-audit: `ext4audit run -- playbooks/audit.yml`,
+the command line `make audit` runs, with its own start and exit record) in each checkout given (default: this one; give
 several to alternate old and new code run by run), with that checkout's `ext4audit` package
 first on PYTHONPATH and its own probe scratch directory, under the shared heavy lock (per run, or --lock-held when the caller holds it). --cold removes the probe's scratch directory
 (its image cache) before each run. Prints one Markdown row per run: wall time, load average at
@@ -37,7 +38,7 @@ def forget_cache(tree, locked):
         subprocess.run(locked + ["rm", "-rf", "--one-file-system", scratch_dir(tree)], check=True)
 
 
-def one(tree, cold, locked):
+def one(tree, cold, locked, make_audit):
     if cold:
         forget_cache(tree, locked)
     timer = tempfile.NamedTemporaryFile(prefix="task-timer-", suffix=".jsonl", delete=False)
@@ -47,8 +48,10 @@ def one(tree, cold, locked):
                ANSIBLE_CALLBACKS_ENABLED="task_timer", TASK_TIMER_OUT=timer.name)
     load = os.getloadavg()
     start = time.perf_counter()
-    proc = subprocess.run(locked + [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "playbooks/audit.yml",
-                                     "-e", "chopper_probe_scratch_dir=" + scratch_dir(tree)], cwd=tree, env=env, stdout=subprocess.PIPE,
+    command = [os.path.join(ROOT, ".venv", "bin", "ext4audit"), "run", "--"] if make_audit else \
+        [os.path.join(ROOT, ".venv", "bin", "ansible-playbook")]
+    proc = subprocess.run(locked + command + ["playbooks/audit.yml", "-e", "chopper_probe_scratch_dir=" + scratch_dir(tree)],
+                          cwd=tree, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, universal_newlines=True)
     wall = time.perf_counter() - start
     if proc.returncode not in (0, 1):
@@ -68,6 +71,8 @@ def main():
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--cold", action="store_true", help="remove the probe's image cache before each run")
     parser.add_argument("--top", type=int, default=6, help="slowest tasks to list per run")
+    parser.add_argument("--make-audit", action="store_true",
+                        help="time `ext4audit run -- playbooks/audit.yml`, as `make audit` runs it, not ansible-playbook alone")
     parser.add_argument("--lock-held", action="store_true", help="the caller holds the heavy lock for the whole series")
     args = parser.parse_args()
     locked = [] if args.lock_held else ["flock", LOCK]
@@ -77,7 +82,7 @@ def main():
     walls = collections.defaultdict(list)
     for _ in range(args.repeat):
         for tree in trees:
-            wall, load, tasks = one(tree, args.cold, locked)
+            wall, load, tasks = one(tree, args.cold, locked, args.make_audit)
             walls[tree].append(wall)
             top = "; ".join("%s %.2f" % (name, s) for name, s in tasks.most_common(args.top))
             print("| %s | %s | %.2f | %.2f, %.2f, %.2f | %s |" % (

@@ -274,6 +274,20 @@ class _Version(argparse.Action):
         parser.exit(code)
 
 
+class _CheckVersion(argparse.Action):
+    """check --version: the version line of --version (exit 1 when a requirement is wrong), then the
+    plan cache's prefix, then the check. Given first, it runs before the other options are read, so
+    the roles' preflight learns the version even when an option is wrong: one start for both."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        code, line = version.report()
+        if code:
+            print(line, file=sys.stderr)
+            parser.exit(code)
+        print(line)
+        print("plan cache: %s" % probe.plan_cache_prefix())
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["run"]:  # every argument after it is ansible-playbook's, options too
@@ -337,6 +351,9 @@ def main(argv=None):
                        help="%s (default %g)" % (help_text, kernel_gate.DEFAULTS[name]))
     p.set_defaults(func=cmd_kernel_gate)
     p = sub.add_parser("check", help=cmd_check.__doc__.splitlines()[0])
+    p.add_argument("--version", action=_CheckVersion, nargs=0,
+                   help="first print the version and check the installed requirements, as ext4audit --version "
+                        "(exit 1 when one is wrong), and where plans are cached (the roles' preflight)")
     p.add_argument("--waivers", help="waiver file (YAML); a missing file means none")
     p.add_argument("--policies", type=_policies, default={}, metavar="JSON",
                    help='hosts\' policies to check: {"HOST": {"fail_on": ..., "rules_select": [...], '

@@ -12,6 +12,8 @@ controller, so every host and kernel plays the same treatments.
 
 import collections.abc
 import functools
+import hashlib
+import importlib.metadata
 import itertools
 import json
 import math
@@ -263,6 +265,20 @@ def make_plan(seed=DEFAULT_SEED, runs=DEFAULT_RUNS, level_set="short"):
     return {"schema": PLAN_SCHEMA, "seed": seed, "runs": runs, "level_set": level_set,
             "factors": dict((name, list(values)) for name, values in factors.items()),
             "treatments": treatments}
+
+
+def plan_cache_prefix():
+    """Where the roles keep the plans this code makes (they add the seed, runs and level set):
+    the user's cache folder, and a digest of all a plan depends on besides its arguments (this
+    file, the level sets, the plan schema and numpy's generator), so a changed code never reuses
+    a plan made by another."""
+    digest = hashlib.sha256()
+    for path in (os.path.abspath(__file__), FACTORS_FILE):
+        with open(path, "rb") as handle:
+            digest.update(handle.read())
+    digest.update(("%s numpy %s" % (PLAN_SCHEMA, importlib.metadata.version("numpy"))).encode("utf-8"))
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "ext4audit", "plans", digest.hexdigest()[:24])
 
 
 # ------------------------------------------------------------------ the analysis

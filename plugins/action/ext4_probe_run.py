@@ -2,16 +2,19 @@
 directory's name, so deploying, running and collecting the probe is one module run.
 
     - ext4_probe_run:
-        job: {...}       # the probe's job
+        plan_file: RUN/probe/plan.json  # the plan, read here into the job (no templating of 130 KB)
+        job: {...}       # the probe's job without its plan
       async: 600
       poll: 0
       register: started  # started.workdir: where the probe's progress.log is
 
-The code is read from the role's files (ext4_probe.py and the ext4_parsers.py it imports). The
+The plan is read from its file on the controller and put into the job here: templated from a
+lookup, its thousands of values took a second per host. The code is read from the role's files (ext4_probe.py and the ext4_parsers.py it imports). The
 directory's name is random (the module makes it and refuses anything already there), and goes
 back in the result so the task that follows the probe can read its progress file.
 """
 
+import json
 import os
 import secrets
 
@@ -25,7 +28,7 @@ CODE = {"probe": "ext4_probe.py", "parsers": "ext4_parsers.py"}
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("job",))
+    _VALID_ARGS = frozenset(("job", "plan_file"))
     _supports_async = True
 
     def run(self, tmp=None, task_vars=None):
@@ -33,7 +36,15 @@ class ActionModule(ActionBase):
         job = self._task.args.get("job")
         if not isinstance(job, dict):
             raise AnsibleActionFail("job: expected the probe's job as a mapping")
-        args = {"job": job, "workdir": os.path.join(WORKDIR_PARENT, "ext4-probe-" + secrets.token_hex(12))}
+        plan_file = self._task.args.get("plan_file")
+        if not isinstance(plan_file, str) or not plan_file:
+            raise AnsibleActionFail("plan_file: the plan's file on the controller is required")
+        try:
+            with open(plan_file, "rb") as handle:  # this run's own plan, written on the controller
+                plan = json.load(handle)
+        except (OSError, ValueError) as exc:
+            raise AnsibleActionFail("plan_file %s: %s" % (plan_file, exc))
+        args = {"job": dict(job, plan=plan), "workdir": os.path.join(WORKDIR_PARENT, "ext4-probe-" + secrets.token_hex(12))}
         for arg, name in CODE.items():
             with open(self._find_needle("files", name), encoding="utf-8") as handle:
                 args[arg] = handle.read()

@@ -18,8 +18,9 @@ description:
   - One module run instead of five (temporary directory, copies, job, result, removal). Run it as
     an async job and follow O(workdir)C(/progress.log) with M(ext4audit.fleet.ext4_probe_progress),
     which returns this module's result once the job ends.
-  - Its action plugin reads the probe's code from the role's files and picks O(workdir); a task
-    gives only O(job).
+  - Its action plugin reads the probe's code from the role's files, puts the plan into O(job) from
+    the file on the controller its C(plan_file) argument names, and picks O(workdir); a task gives
+    only O(job) (without its plan) and C(plan_file).
   - Changes nothing on the host. The probe works in its own scratch directory and removes what it
     made; this module removes what it wrote.
 options:
@@ -58,6 +59,7 @@ extends_documentation_fragment:
 EXAMPLES = r"""
 - name: Start the probe
   ext4audit.fleet.ext4_probe_run:
+    plan_file: "{{ run_dir }}/probe/plan.json"
     job: "{{ probe_job }}"
   async: 600
   poll: 0
