@@ -22,7 +22,10 @@ description:
     the file on the controller its C(plan_file) argument names, and picks O(workdir); a task gives
     only O(job) (without its plan) and C(plan_file).
   - Changes nothing on the host. The probe works in its own scratch directory and removes what it
-    made; this module removes what it wrote.
+    made; this module removes what it wrote, and first what it and the probe wrote in the private
+    directories of earlier runs that were killed before they could (named as its action names them,
+    the module's user's, mode 0700, unlocked: no module of a run still going holds it, and older than
+    a minute), and those directories when nothing else is in them.
 options:
   job:
     description: The probe's job (plan, filesystem facts, limits); C(progress_file) is set here.
@@ -87,11 +90,14 @@ stderr_lines:
   elements: str
 """
 
+import fcntl
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -100,17 +106,55 @@ OUTPUTS = ("result.json", "progress.log")
 RESULT_MAX = 16 * 1024 * 1024
 PROGRESS_MAX = 64 * 1024
 STDERR_TAIL = 8 * 1024
+WORKDIR_NAME = re.compile(r"^ext4-probe-[0-9a-f]{24}$")  # as the action plugin names it
+STALE_AFTER_S = 60
 
 
 def make_workdir(path):
-    """The new private directory, held by descriptor; nothing that was there before is used."""
+    """The new private directory, held by descriptor and locked for as long as this module runs
+    (sweep_stale leaves it alone); nothing that was there before is used."""
     os.mkdir(path, 0o700)  # EEXIST for anything already at this path, a symlink included
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     info = os.fstat(fd)
     if info.st_uid != os.geteuid() or info.st_mode & 0o777 != 0o700:
         os.close(fd)
         raise OSError("%s: not the private directory just made (owner %d, mode %o)" % (path, info.st_uid, info.st_mode & 0o777))
+    fcntl.flock(fd, fcntl.LOCK_EX)
     return fd
+
+
+def sweep_stale(parent):
+    """Removes what this module and the probe wrote in the private directories of earlier runs that
+    were killed before they could (an async job's timeout, a Ctrl-C), then those directories: only
+    directories named as the action names them, this user's, mode 0700, not locked by a module
+    still running, and older than STALE_AFTER_S (one made a moment ago may not be locked yet). A
+    directory holding anything else is left. Nothing is followed: each is opened relative to the
+    parent's descriptor, without following a symlink."""
+    parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in os.listdir(parent_fd):
+            if not WORKDIR_NAME.match(name):
+                continue
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+            except OSError:
+                continue  # a symlink, not a directory, or gone
+            try:
+                info = os.fstat(fd)
+                if info.st_uid != os.geteuid() or info.st_mode & 0o777 != 0o700 or time.time() - info.st_mtime < STALE_AFTER_S:
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    continue  # its module is still running
+                remove_files(fd)
+                os.rmdir(name, dir_fd=parent_fd)
+            except OSError:
+                continue  # something else is in it: left as it is
+            finally:
+                os.close(fd)
+    finally:
+        os.close(parent_fd)
 
 
 def write(dir_fd, name, text):
@@ -129,13 +173,18 @@ def read(dir_fd, name, limit):
         return handle.read(limit + 1)
 
 
-def remove(dir_fd, path):
-    """Removes what this module and the probe wrote, then the directory (left if anything else is in it)."""
+def remove_files(dir_fd):
+    """Removes what this module and the probe wrote in the directory."""
     for name in FILES + OUTPUTS:
         try:
             os.unlink(name, dir_fd=dir_fd)
         except FileNotFoundError:
             pass
+
+
+def remove(dir_fd, path):
+    """Removes what this module and the probe wrote, then the directory (left if anything else is in it)."""
+    remove_files(dir_fd)
     os.close(dir_fd)
     os.rmdir(path)
 
@@ -171,6 +220,11 @@ def main():
         supports_check_mode=False,
     )
     workdir = module.params["workdir"]
+    try:
+        sweep_stale(os.path.dirname(workdir))
+    except OSError as exc:
+        module.warn("could not look for the private directories of killed probe runs in %s: %s"
+                    % (os.path.dirname(workdir), exc))
     try:
         dir_fd = make_workdir(workdir)
     except OSError as exc:

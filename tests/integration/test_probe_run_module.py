@@ -9,6 +9,7 @@ import pwd
 import secrets
 import subprocess
 import sys
+import time
 
 from conftest import ROOT, needs_root, run
 
@@ -59,3 +60,48 @@ def test_path_planted_where_the_directory_goes_is_refused_and_kept(tmp_path):
         assert os.listdir(str(victim)) == []
     finally:
         os.unlink(workdir)
+
+
+def test_directories_of_killed_runs_are_removed_and_nothing_else(tmp_path):
+    # What a probe job killed before its module could clean up leaves (its timeout, a Ctrl-C): a
+    # directory named as the action names them, root's, 0700, with the module's and the probe's
+    # files. The next module run removes it, and leaves alone a directory whose module still runs
+    # (locked), one made a moment ago, one of another user, one with a file the probe never
+    # writes (only the probe's files go), and a symlink by that name.
+    def planted(*names, age=3600):
+        path = "/tmp/ext4-probe-%s" % secrets.token_hex(12)
+        os.mkdir(path, 0o700)
+        for name in names:
+            with open(os.path.join(path, name), "w") as handle:
+                handle.write("x")
+        os.utime(path, (time.time() - age, time.time() - age))
+        return path
+
+    killed = planted("ext4_probe.py", "ext4_parsers.py", "job.json", "progress.log")
+    running = planted("ext4_probe.py", "job.json")
+    fresh = planted("ext4_probe.py", age=0)
+    extra = planted("job.json", "notes.txt")
+    theirs = planted()
+    os.chown(theirs, pwd.getpwnam("nobody").pw_uid, -1)
+    os.utime(theirs, (time.time() - 3600, time.time() - 3600))
+    link = "/tmp/ext4-probe-%s" % secrets.token_hex(12)
+    run(AS_NOBODY + ["ln", "-s", str(tmp_path), link])
+    holder = subprocess.Popen(["flock", running, "sleep", "60"])
+    try:
+        for _ in range(100):  # until flock holds the lock
+            if subprocess.run(["flock", "-n", running, "true"]).returncode:
+                break
+            time.sleep(0.05)
+        result = run_module(tmp_path, "/tmp/ext4-probe-test-%s" % secrets.token_hex(8), {"schema": "not-a-probe-job"})
+        assert result["rc"] == 2, result
+        assert not os.path.lexists(killed)
+        assert sorted(os.listdir(running)) == ["ext4_probe.py", "job.json"]
+        assert os.listdir(fresh) == ["ext4_probe.py"]
+        assert os.listdir(extra) == ["notes.txt"]
+        assert os.path.isdir(theirs) and os.path.islink(link)
+    finally:
+        holder.kill()
+        holder.wait()
+        for path in (running, fresh, extra, theirs):
+            subprocess.run(["rm", "-rf", path])
+        os.unlink(link)
