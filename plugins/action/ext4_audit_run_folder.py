@@ -5,14 +5,17 @@ a batch of record files into them, inside Ansible's worker process.
         path: "{{ ext4_audit_run_dir }}"      # made with facts/ and probe/ when missing
         facts: {"<file name>.json": "<text>"}   # optional: records to write into facts/
         probe: {"<file name>.json": "<text>"}   # optional: records to write into probe/
+        exit_file: /tmp/ext4audit-run-x/verdict.json  # optional: name the folder there for `ext4audit run`
 
 A module would cost a Python start and a module run on the controller per call: once for the
 folder and once per batch of records (before, a `copy` per host cost two). Each file is written
 to a temporary name, flushed and renamed into place, so a killed run never leaves half a record.
 Names must be plain file names ending in .json; anything else is refused before anything is
-written. Runs under --check as well: it writes the run's reports on the controller, not on a host.
+written. exit_file: the private file `ext4audit run` (ext4audit/run.py) gives the playbook, where
+the report step names the run folder it gated on, {"run_dir": path} (mode 0600, written the same way). Runs under --check as well: it writes the run's reports on the controller, not on a host.
 """
 
+import json
 import os
 import tempfile
 
@@ -24,7 +27,7 @@ SUBFOLDERS = ("facts", "probe")
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("path",) + SUBFOLDERS)
+    _VALID_ARGS = frozenset(("path", "exit_file") + SUBFOLDERS)
     _supports_check_mode = True
 
     def run(self, tmp=None, task_vars=None):
@@ -39,6 +42,9 @@ class ActionModule(ActionBase):
             for name in files:
                 if not name or name.startswith(".") or os.path.basename(name) != name or not name.endswith(".json"):
                     raise AnsibleActionFail("%s: not a plain record file name: %r" % (sub, name))
+        exit_file = self._task.args.get("exit_file")
+        if exit_file is not None and (not isinstance(exit_file, str) or not os.path.isabs(exit_file)):
+            raise AnsibleActionFail("exit_file: expected an absolute path")
         try:
             for sub in SUBFOLDERS:
                 os.makedirs(os.path.join(folder, sub), mode=0o755, exist_ok=True)
@@ -47,14 +53,20 @@ class ActionModule(ActionBase):
                     _write(os.path.join(folder, sub), name, files[name])
         except OSError as exc:
             raise AnsibleActionFail("run folder %s: %s" % (folder, exc))
+        if exit_file:
+            try:
+                _write(os.path.dirname(exit_file), os.path.basename(exit_file),
+                       json.dumps({"run_dir": os.path.abspath(folder)}) + "\n", mode=0o600)
+            except OSError as exc:
+                raise AnsibleActionFail("exit_file %s: %s" % (exit_file, exc))
         result.update(changed=False, path=folder, written=sum(len(files) for files in batches.values()))
         return result
 
 
-def _write(folder, name, text):
+def _write(folder, name, text, mode=0o644):
     handle, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=name)
     try:
-        os.fchmod(handle, 0o644)  # as the copy module wrote them (mkstemp makes 0600)
+        os.fchmod(handle, mode)  # records: 0644, as the copy module wrote them (mkstemp makes 0600)
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(text)
             out.flush()

@@ -34,6 +34,12 @@ options:
       - Probe records to write into C(probe/), file name to text; the same rules as O(facts).
     type: dict
     default: {}
+  exit_file:
+    description:
+      - The private file C(ext4audit run) gives the playbook (the extra variable
+        C(ext4_audit_exit_file)); the report step names the run folder it gated on there, as
+        C({"run_dir": path}), mode 0600, written atomically as the records.
+    type: path
 extends_documentation_fragment:
   - ext4audit.fleet.common
   - ext4audit.fleet.common.controller
