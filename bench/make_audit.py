@@ -14,6 +14,7 @@ is the gate's verdict (0 pass, 1 fail); anything else is an error.
 
 import argparse
 import collections
+import glob
 import json
 import os
 import shlex
@@ -71,7 +72,15 @@ def one(tree, cold, locked, make_audit):
             entry = json.loads(line)
             tasks[entry["task"]] += entry["s"]
     os.unlink(timer.name)
-    return wall, load, tasks
+    return wall, load, tasks, probe_seconds(tree)
+
+
+def probe_seconds(tree):
+    """The probe's own duration_s in the run's record (the follow task's time less this: its overhead)."""
+    for path in glob.glob(os.path.join(tree, "reports", "latest", "probe", "localhost-*.json")):
+        with open(path) as handle:
+            return (json.load(handle).get("result") or {}).get("duration_s")
+    return None
 
 
 def main():
@@ -86,16 +95,17 @@ def main():
     args = parser.parse_args()
     locked = [] if args.lock_held else ["flock", LOCK]
     trees = [os.path.abspath(t) for t in args.tree or [ROOT]]
-    print("| tree | cache | wall s | load (1, 5, 15 min) | slowest tasks s |")
-    print("|---|---|---|---|---|")
+    print("| tree | cache | wall s | load (1, 5, 15 min) | probe s | slowest tasks s |")
+    print("|---|---|---|---|---|---|")
     walls = collections.defaultdict(list)
     for _ in range(args.repeat):
         for tree in trees:
-            wall, load, tasks = one(tree, args.cold, locked, args.make_audit)
+            wall, load, tasks, probe = one(tree, args.cold, locked, args.make_audit)
             walls[tree].append(wall)
             top = "; ".join("%s %.2f" % (name, s) for name, s in tasks.most_common(args.top))
-            print("| %s | %s | %.2f | %.2f, %.2f, %.2f | %s |" % (
-                os.path.basename(tree), "cold" if args.cold else "as left", wall, load[0], load[1], load[2], top),
+            print("| %s | %s | %.2f | %.2f, %.2f, %.2f | %s | %s |" % (
+                os.path.basename(tree), "cold" if args.cold else "as left", wall, load[0], load[1], load[2],
+                "-" if probe is None else "%.2f" % probe, top),
                 flush=True)
     for tree in trees:
         ordered = sorted(walls[tree])
