@@ -12,7 +12,8 @@ folder and once per batch of records (before, a `copy` per host cost two). Each 
 to a temporary name, flushed and renamed into place, so a killed run never leaves half a record.
 Names must be plain file names ending in .json; anything else is refused before anything is
 written. exit_file: the private file `ext4audit run` (ext4audit/run.py) gives the playbook, where
-the report step names the run folder it gated on, {"run_dir": path} (mode 0600, written the same way). Runs under --check as well: it writes the run's reports on the controller, not on a host.
+the report step names the run folder it gated on, {"run_dir": path} (mode 0600, written the same
+way). Runs under --check as well: it writes the run's reports on the controller, not on a host.
 """
 
 import json
