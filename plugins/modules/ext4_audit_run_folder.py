@@ -37,8 +37,8 @@ options:
   exit_file:
     description:
       - The private file C(ext4audit run) gives the playbook (the extra variable
-        C(ext4_audit_exit_file)); the report step names the run folder it gated on there, as
-        C({"run_dir": path}), mode 0600, written atomically as the records.
+        C(ext4_audit_exit_file)); the report step names the run folder it gated on there, as a JSON
+        object with the key C(run_dir), mode 0600, written atomically as the records.
     type: path
 extends_documentation_fragment:
   - ext4audit.fleet.common

@@ -24,7 +24,7 @@ description:
   - Changes nothing on the host. The probe works in its own scratch directory and removes what it
     made; this module removes what it wrote, and first what it and the probe wrote in the private
     directories of earlier runs that were killed before they could (named as its action names them,
-    the module's user's, mode 0700, unlocked: no module of a run still going holds it, and older than
+    the module's user's, mode 0700, unlocked so no module of a run still going holds it, and older than
     a minute), and those directories when nothing else is in them.
 options:
   job:
