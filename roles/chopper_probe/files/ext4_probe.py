@@ -1219,7 +1219,8 @@ def mkdir_existing_latency(path, iterations=200):
 
 
 def mkdir_latency_child(path):
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "mkdir-latency", path],
+    # as the probe itself is started (ext4_probe_run): isolated, no site-packages, no bytecode beside it
+    out = subprocess.run([sys.executable, "-I", "-S", "-B", os.path.abspath(__file__), "mkdir-latency", path],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30, universal_newlines=True)
     if out.returncode != 0:
         raise ProbeError("mkdir timing on %s failed: %s" % (path, out.stderr.strip()[-300:]))
