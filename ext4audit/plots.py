@@ -16,6 +16,7 @@ and fixed words. matplotlib escapes SVG text anyway, and math parsing is off, so
 label stays a dollar sign.
 """
 
+import bisect
 import contextlib
 import io
 import math
@@ -88,10 +89,12 @@ def _percent_formatter():
     return PercentFormatter(1.0, decimals=0)
 
 
-def dspan_cdf(dspans, quantiles, key):
+def dspan_cdf(dspans, quantiles, key, own=None):
     """The CDF of a sweep's run d-spans (bytes, log x) with its p50/p90/p99 marked; p90 is the
-    tail threshold of the factor mapping. Runs with a d-span of 0 (no extents) cannot sit on a
-    log axis: the caller says how many there were. Returns None when there is nothing to draw."""
+    tail threshold of the factor mapping. own: the d-spans of the runs with the host's own
+    factor levels, marked on the curve (none: the legend says so; None: no own level is known).
+    Runs with a d-span of 0 (no extents) cannot sit on a log axis: the caller says how many
+    there were. Returns None when there is nothing to draw."""
     values = sorted(v for v in dspans if v > 0)
     if not values:
         return None
@@ -100,6 +103,13 @@ def dspan_cdf(dspans, quantiles, key):
         ax = fig.add_subplot()
         shares = [(i + 1) / len(values) for i in range(len(values))]
         ax.step(values, shares, where="post", color=BLUE, linewidth=1.5, label="runs (%d)" % len(values))
+        if own is not None:
+            mine = sorted(v for v in own if v > 0)
+            label = ("runs with your configuration's levels (%d)" % len(mine) if mine
+                     else "no run has all your configuration's levels")
+            # on the curve: the share of runs at or below each one's d-span (the step's top)
+            ax.plot(mine, [bisect.bisect_right(values, v) / len(values) for v in mine], linestyle="none",
+                    marker="o", markersize=5, markerfacecolor="none", markeredgecolor="black", label=label)
         ax.set_xscale("log")
         styles = {"p50": ":", "p90": "--", "p99": "-."}
         for name, style in styles.items():
@@ -175,21 +185,21 @@ def tail_share(mapping, ranked, runs, key, names=None, own=None, top=4):
         fig = _figure(6.4, 2.0 + under, left=0.6, bottom=under, top=0.45)
         ax = fig.add_subplot()
         x_data_y_axes = blended_transform_factory(ax.transData, ax.transAxes)  # titles over, level names under
-        spot, ticks = 0.0, []
+        spot, ticks, mine = 0.0, [], []
         for number, (name, levels) in enumerate(groups):
             spots = [spot + i for i in range(len(levels))]
             shares = [mapping["factors"][name][level]["tail_share"] for level in levels]
             ax.bar(spots, shares, width=0.75, color=(BLUE, GREY)[number % 2])
-            mine = [(x, share) for x, share, level in zip(spots, shares, levels) if level == own.get(name)]
-            if mine:  # a marker over the bar: a level with no tail runs has no bar to outline
-                ax.scatter([x for x, _ in mine], [share + 0.04 for _, share in mine], marker="v", s=30,
-                           color="black", zorder=3, label="your configuration")
+            mine += [(x, share) for x, share, level in zip(spots, shares, levels) if level == own.get(name)]
             # wrapped to the group's width (about two characters a bar), so neighbours' titles never overlap
             ax.text((spots[0] + spots[-1]) / 2, 1.0, textwrap.fill(probe.factor_title(name), max(8, 2 * len(levels)),
                                                                 break_long_words=False, break_on_hyphens=False),
                     ha="center", va="bottom", fontsize=8, transform=x_data_y_axes)
             ticks += spots
             spot = spots[-1] + 2
+        if mine:  # a marker over the bar (a level with no tail runs has no bar to outline), one legend entry
+            ax.scatter([x for x, _ in mine], [share + 0.04 for _, share in mine], marker="v", s=30,
+                       color="black", zorder=3, label="your configuration")
         ax.axhline(overall, color=ORANGE, linestyle="--", linewidth=1, label="all runs (%.0f%%)" % (100 * overall))
         # the level names as plain texts under the axes, not tick labels: a tick is five artists
         # (marks, grid line, two labels) and cost half the plot's time
