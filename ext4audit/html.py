@@ -138,7 +138,9 @@ def _own_dspans(record, plan, own):
         return all(factor in treatment and probe.level_label(factor, treatment[factor]) == level
                    for factor, level in own.items())
 
-    return [r["dspan"] for r in _runs_of(record) if r.get("id") in treatments and matches(treatments[r["id"]])]
+    # type(...) is int: a run's id is unchecked data (a list would not hash; True is no id)
+    return [r["dspan"] for r in _runs_of(record)
+            if type(r.get("id")) is int and r["id"] in treatments and matches(treatments[r["id"]])]
 
 
 def _level_names(sweep):

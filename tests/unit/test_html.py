@@ -299,6 +299,13 @@ def test_the_cdf_marks_the_runs_with_the_hosts_own_levels():
     unmatched = {"FileSize": probe.level_label("FileSize", first["FileSize"]), "DiskSize": "7 GiB"}
     assert "no run has all your configuration's levels" in cdf(unmatched)
     assert "your configuration" not in plain and report_html._own_dspans(record, PLAN, {}) is None
+    # a run id is data from the host: one that is no integer (a list would not hash) matches nothing
+    runs = record["result"]["sweep"]["runs"]
+    expected = report_html._own_dspans({"result": {"sweep": {"runs": runs[1:]}}}, PLAN, own)
+    assert len(expected) == own_runs(own) - 1  # the first run has the levels
+    for bad in ([runs[0]["id"]], True, str(runs[0]["id"])):
+        runs[0]["id"] = bad
+        assert report_html._own_dspans(record, PLAN, own) == expected
 
 
 def test_a_run_without_probe_data_draws_nothing_and_never_imports_matplotlib(tmp_path, hostile_catalog):
