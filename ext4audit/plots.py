@@ -1,6 +1,7 @@
 """The HTML report's pictures, drawn by matplotlib as SVG text to put inline in the page.
 
-- dspan_cdf: the d-span CDF of one host's sweep, log x (Chopper, FAST '15, Figure 3);
+- dspan_cdf: the d-span CDF of one host's sweep, log x (Chopper, FAST '15, Figure 3), the runs at the
+  host's own factor levels marked;
 - prioritization: S_i per factor with the chance level (Figure 4);
 - tail_share: the share of tail runs per factor level (Figure 5);
 - kernel_gate: baseline against candidate (d-span quantiles, confirmation ratios).
