@@ -68,7 +68,7 @@ def _figure(width, height, left, bottom, top=0.1, right=0.15):
 
 def _text_width(text, size):
     """About how wide (inches) a line of text is at `size` points: DejaVu Sans averages about half
-    an em a character."""
+    an em a character (callers leave some room more: a browser without it draws another font)."""
     return 0.5 * size * len(text) / 72
 
 
@@ -137,7 +137,7 @@ def prioritization(entries, key):
     entries = list(reversed(entries))  # barh draws bottom up
     labels = ["%s (%d levels)" % (probe.factor_title(e["factor"]), e["levels"]) for e in entries]
     with _style(key):
-        fig = _figure(6.4, 0.8 + 0.24 * len(entries), left=0.15 + _text_width(max(labels, key=len), 8), bottom=0.45)
+        fig = _figure(6.4, 0.8 + 0.24 * len(entries), left=0.25 + _text_width(max(labels, key=len), 8), bottom=0.45)
         ax = fig.add_subplot()
         rows = range(len(entries))
         ax.barh(rows, [e["s"] for e in entries], color=BLUE, height=0.6, label="share explained by the factor")
