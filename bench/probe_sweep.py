@@ -41,7 +41,7 @@ def one(runs, scratch, keep_cache, workdir, discard):
     job_path, out_path = os.path.join(workdir, "job.json"), os.path.join(workdir, "out.json")
     with open(job_path, "w") as handle:
         json.dump(job, handle)
-    subprocess.run([sys.executable, PROBE, "run", job_path, out_path], check=True, stderr=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-I", "-S", "-B", PROBE, "run", job_path, out_path], check=True, stderr=subprocess.DEVNULL)
     with open(out_path) as handle:
         result = json.load(handle)
     analysis = probe_mod.analyze(plan, result)

@@ -40,6 +40,7 @@ SUMMARY_SCHEMA = "ext4-fleet-audit/summary/v1"
 PROBE_PLAN_SCHEMA = "ext4-fleet-audit/probe-plan/v1"
 KERNEL_GATE_SCHEMA = "ext4-fleet-audit/kernel-gate/v1"
 RULES_SCHEMA = "ext4-fleet-audit/rules/v1"
+KERNEL_RECORDS_SCHEMA = "ext4-fleet-audit/kernel-cna-records/v1"
 
 HOST_STATUSES = ("audited", "unreachable", "failed")  # what roles/ext4_audit/tasks/facts.yml writes
 # A host's probe record (roles/chopper_probe/tasks/run.yml sets it from the probe's exit code):
@@ -491,6 +492,36 @@ class RuleFile(Struct, forbid_unknown_fields=True):
     schema: Literal[RULES_SCHEMA] = RULES_SCHEMA
 
 
+# ------------------------------------------------------------------ kernel CNA records (data)
+class KernelRecord(Struct):
+    """One record of the kernel CNA (ext4audit/kernel_records.py judges a kernel by it); the
+    file's `fields` say what introduced, backported_into, fixed and fixed_mainline mean. That
+    each release parses and sits in its branch is kernel_records.load's check."""
+    id: typing.Annotated[str, Meta(pattern=RECORD_ID_PATTERN)]
+    title: Name
+    kind: Name = msgspec.field(name="class")  # one of the file's classes
+    introduced: Optional[Name]
+    backported_into: Dict[str, str]
+    fixed: Dict[str, str]
+    fixed_mainline: Optional[Name]
+    class_rule: Optional[int] = None
+    class_matched: Optional[str] = None
+    program_files: List[str] = []
+    fix_commits: List[str] = []
+
+
+class KernelRecords(Struct):
+    """ext4audit/rules/kernel_cna_records.json, the kernel CNA's ext4 and jbd2 records, made by
+    tools/kernel_records.py from the CNA's vulns repository (`source` names its commit)."""
+    schema: Literal[KERNEL_RECORDS_SCHEMA]
+    classes: List[Name]
+    records: List[KernelRecord]
+    source: Optional[Object] = None
+    selection: Optional[str] = None
+    fields: Optional[Dict[str, str]] = None
+    class_rules: Optional[List[Dict[str, str]]] = None
+
+
 # ------------------------------------------------------------------ decoding
 def check(doc, model, where):
     """doc (JSON values) checked against model: a ContractError "where (host 'h'): $.field: what
@@ -613,6 +644,7 @@ SCHEMAS = {
     "kernel-gate.json": KernelGate,
     "waivers.json": WaiverFile,
     "rules.json": RuleFile,
+    "kernel-cna-records.json": KernelRecords,
 }
 SCHEMAS_DIR = os.path.join(ROOT, "schemas")
 

@@ -101,21 +101,46 @@ def csp(script):
 
 
 def _dspan_records(run_dir, hosts):
-    """The raw probe records of `hosts` in <run_dir>/probe, by host (the host report keeps only
-    the d-span quantiles; the CDF needs every run). Records were checked by the report step."""
-    found = {}
+    """(the raw probe records of `hosts` in <run_dir>/probe by host, the run's plan): the host
+    report keeps only the d-span quantiles, the CDF needs every run and the plan its levels.
+    The files were checked by the report step."""
+    found, plan = {}, None
     for path in sorted(glob.glob(os.path.join(run_dir or "", "probe", "*.json"))) if hosts else ():
         doc = reports.read_json(path, "probe file")
         if isinstance(doc, dict) and doc.get("host") in hosts:
             found[doc["host"]] = doc
-    return found
+        elif isinstance(doc, dict) and doc.get("schema") == probe.PLAN_SCHEMA:
+            plan = doc
+    return found, plan
+
+
+def _runs_of(record):
+    """A probe record's runs that have a d-span."""
+    runs = (((record or {}).get("result") or {}).get("sweep") or {}).get("runs") or []
+    return [r for r in runs if isinstance(r, dict)
+            and isinstance(r.get("dspan"), (int, float)) and not isinstance(r["dspan"], bool)]
 
 
 def _dspans_of(record):
     """A probe record's run d-spans."""
-    runs = (((record or {}).get("result") or {}).get("sweep") or {}).get("runs") or []
-    return [r["dspan"] for r in runs if isinstance(r, dict)
-            and isinstance(r.get("dspan"), (int, float)) and not isinstance(r["dspan"], bool)]
+    return [r["dspan"] for r in _runs_of(record)]
+
+
+def _own_dspans(record, plan, own):
+    """The d-spans of the record's runs whose plan treatment has the host's own level of every
+    factor in `own` ({factor: level label}, probe_actions.own_levels); None when no own level is
+    known (or there is no plan): nothing to mark."""
+    if not own or not plan:
+        return None
+    treatments = dict((t["id"], t) for t in plan["treatments"])
+
+    def matches(treatment):
+        return all(factor in treatment and probe.level_label(factor, treatment[factor]) == level
+                   for factor, level in own.items())
+
+    # type(...) is int: a run's id is unchecked data (a list would not hash; True is no id)
+    return [r["dspan"] for r in _runs_of(record)
+            if type(r.get("id")) is int and r["id"] in treatments and matches(treatments[r["id"]])]
 
 
 def _level_names(sweep):
@@ -125,9 +150,10 @@ def _level_names(sweep):
         return {}
 
 
-def _probe_view(section, dspans, index, own=None):
+def _probe_view(section, dspans, index, own=None, own_dspans=None):
     """The probe block of one host: its numbers and, when drawn, its three plots. own: the
-    host's own levels (probe_actions.own_levels), marked in the tail plot."""
+    host's own levels (probe_actions.own_levels), marked in the tail plot; own_dspans: the
+    d-spans of the runs with those levels (_own_dspans), marked on the CDF."""
     from . import plots
 
     sweep = section.get("sweep")
@@ -136,7 +162,7 @@ def _probe_view(section, dspans, index, own=None):
         return view
     if dspans:
         view["zero_dspans"] = sum(1 for v in dspans if v <= 0)
-        cdf = plots.dspan_cdf(dspans, sweep["dspan"], "cdf-%d" % index)
+        cdf = plots.dspan_cdf(dspans, sweep["dspan"], "cdf-%d" % index, own_dspans)
         if cdf:
             view["plots"].append(("d-span CDF (Chopper Figure 3)", Markup(cdf)))
     bars = plots.prioritization(sweep.get("prioritization"), "prio-%d" % index)
@@ -199,13 +225,14 @@ def has_section(digest, hosts):
 class Sections:
     """Renders host sections; the same for every host of a run (workers of the report step each
     make one). probe_records: the run's raw probe records by host (the d-span CDF needs every
-    run); plotted: the hosts whose probe gets pictures."""
+    run); plan: the run's probe plan (the levels of each run); plotted: the hosts whose probe
+    gets pictures."""
 
-    def __init__(self, policy, hosts, catalog, plotted=(), probe_records=None):
+    def __init__(self, policy, hosts, catalog, plotted=(), probe_records=None, plan=None):
         self.template = _environment().get_template("host.html.j2")
         self.policy, self.detailed = policy, hosts <= DETAILED_HOSTS
         self.rationales = dict((rule["id"], rule.get("rationale")) for rule in catalog.rules) if catalog else {}
-        self.plotted, self.probe_records = set(plotted), probe_records or {}
+        self.plotted, self.probe_records, self.plan = set(plotted), probe_records or {}, plan
 
     def article(self, f):
         """A finding's <article>, as Markup. Written out here rather than in host.html.j2: Jinja
@@ -266,8 +293,8 @@ class Sections:
                                                              f.get("mountpoint") or ""))
         view, section = None, report.get("probe")
         if report["host"] in self.plotted:
-            view = _probe_view(section, _dspans_of(self.probe_records.get(report["host"])), digest["index"],
-                               probe_actions.own_levels(report))
+            record, own = self.probe_records.get(report["host"]), probe_actions.own_levels(report)
+            view = _probe_view(section, _dspans_of(record), digest["index"], own, _own_dspans(record, self.plan, own))
         actions = probe_actions.sentences(report) if section else []
         # per confirmation: the options of its risky side the host does not use ([]: its own configuration)
         not_used = [probe_actions.not_in_effect(report, c) for c in section["confirmations"]] if section else []
@@ -331,7 +358,7 @@ def _pieces(summary, host_reports, catalog, run_dir):
         digests.append(d)
     probed = dict((d["host"], d["probe_plotted"]) for d in digests)
     plotted = plotted_hosts(probed, probed.get)
-    renderer = Sections(policy, len(host_reports), catalog, plotted, _dspan_records(run_dir, set(plotted)))
+    renderer = Sections(policy, len(host_reports), catalog, plotted, *_dspan_records(run_dir, set(plotted)))
     sections = (renderer.render(r, d) for r, d in zip(host_reports, digests) if d["section"])
     found = {}
     for report in host_reports:
@@ -366,7 +393,7 @@ class Writer(writers.Writer):
     def __init__(self, job):
         super().__init__(job)
         self.sections = Sections({"fail_on": job.fail_on, "fail_on_new": job.fail_on_new}, job.hosts, job.catalog,
-                                 job.plotted, job.probes)
+                                 job.plotted, job.probes, job.plan)
 
     def host(self, report, digest):
         # Kept in the digest: the page's table says which hosts have a section (row)

@@ -13,10 +13,10 @@ import json
 import os
 import re
 
+from . import contract
 from .parsers import kernel_version
 
 DATA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rules", "kernel_cna_records.json")
-SCHEMA = "ext4-fleet-audit/kernel-cna-records/v1"
 MAX_DATA_BYTES = 16 << 20  # 157 records take some 110 KiB
 SINCE_THE_START = "since the start"
 LINK = "https://nvd.nist.gov/vuln/detail/%s"
@@ -28,7 +28,8 @@ class RecordsError(ValueError):
 
 
 def load(path=DATA_FILE):
-    """The data file as a dict, checked: every release the matching compares must parse."""
+    """The data file as a dict, decoded through contract.KernelRecords, then checked: every
+    release the matching compares must parse and sit in its branch."""
     try:
         with open(path, "rb") as handle:
             data = handle.read(MAX_DATA_BYTES + 1)
@@ -38,30 +39,21 @@ def load(path=DATA_FILE):
         raise RecordsError("%s: larger than %d bytes" % (path, MAX_DATA_BYTES))
     try:
         doc = json.loads(data.decode("utf-8"))
+        contract.check(doc, contract.KernelRecords, path)
+    except contract.ContractError as exc:
+        raise RecordsError(str(exc))
     except (UnicodeDecodeError, ValueError) as exc:
         raise RecordsError("%s: not JSON: %s" % (path, exc))
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        raise RecordsError("%s: schema is not %s" % (path, SCHEMA))
-    for field in ("classes", "records"):
-        if not isinstance(doc.get(field), list):
-            raise RecordsError("%s: %s is not a list" % (path, field))
     for index, record in enumerate(doc["records"]):
         _check(record, "%s: records[%d]" % (path, index), doc["classes"])
     return doc
 
 
 def _check(record, where, classes):
-    if not isinstance(record, dict):
-        raise RecordsError("%s is not a mapping" % where)
-    for field in ("id", "title"):
-        if not isinstance(record.get(field), str) or not record[field]:
-            raise RecordsError("%s.%s is missing" % (where, field))
-    if record.get("class") not in classes:
-        raise RecordsError("%s.class %r is not one of %s" % (where, record.get("class"), classes))
-    releases = [("introduced", record.get("introduced")), ("fixed_mainline", record.get("fixed_mainline"))]
+    if record["class"] not in classes:
+        raise RecordsError("%s.class %r is not one of %s" % (where, record["class"], classes))
+    releases = [("introduced", record["introduced"]), ("fixed_mainline", record["fixed_mainline"])]
     for field in ("backported_into", "fixed"):
-        if not isinstance(record.get(field), dict):
-            raise RecordsError("%s.%s is not a mapping" % (where, field))
         for branch, release in record[field].items():
             if _series(release) != branch:
                 raise RecordsError("%s.%s[%s]: %r is not in that branch" % (where, field, branch, release))
@@ -72,7 +64,7 @@ def _check(record, where, classes):
                 kernel_version.compare_upstream(release, "0")
             except ValueError as exc:
                 raise RecordsError("%s.%s: %s" % (where, field, exc))
-    if record.get("introduced") is None and not record["backported_into"]:
+    if record["introduced"] is None and not record["backported_into"]:
         raise RecordsError("%s: neither introduced nor backported_into says where the bug is" % where)
 
 

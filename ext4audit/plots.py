@@ -1,6 +1,7 @@
 """The HTML report's pictures, drawn by matplotlib as SVG text to put inline in the page.
 
-- dspan_cdf: the d-span CDF of one host's sweep, log x (Chopper, FAST '15, Figure 3);
+- dspan_cdf: the d-span CDF of one host's sweep, log x (Chopper, FAST '15, Figure 3), the runs at the
+  host's own factor levels marked;
 - prioritization: S_i per factor with the chance level (Figure 4);
 - tail_share: the share of tail runs per factor level (Figure 5);
 - kernel_gate: baseline against candidate (d-span quantiles, confirmation ratios).
@@ -16,6 +17,7 @@ and fixed words. matplotlib escapes SVG text anyway, and math parsing is off, so
 label stays a dollar sign.
 """
 
+import bisect
 import contextlib
 import io
 import math
@@ -53,10 +55,21 @@ def _svg(fig):
     return text[text.index("<svg"):]
 
 
-def _figure(width, height):
+def _figure(width, height, left, bottom, top=0.1, right=0.15):
+    """A figure with fixed margins (inches): room for the tick labels and axis labels, worked out
+    from their lengths by the caller. matplotlib's constrained layout would measure every text
+    in extra draw passes: it took most of the time the plots took."""
     from matplotlib.figure import Figure
 
-    return Figure(figsize=(width, height), layout="constrained")
+    fig = Figure(figsize=(width, height))
+    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height)
+    return fig
+
+
+def _text_width(text, size):
+    """About how wide (inches) a line of text is at `size` points: DejaVu Sans averages about half
+    an em a character (callers leave some room more: a browser without it draws another font)."""
+    return 0.5 * size * len(text) / 72
 
 
 def _byte_ticks(axis, low, high):
@@ -77,18 +90,27 @@ def _percent_formatter():
     return PercentFormatter(1.0, decimals=0)
 
 
-def dspan_cdf(dspans, quantiles, key):
+def dspan_cdf(dspans, quantiles, key, own=None):
     """The CDF of a sweep's run d-spans (bytes, log x) with its p50/p90/p99 marked; p90 is the
-    tail threshold of the factor mapping. Runs with a d-span of 0 (no extents) cannot sit on a
-    log axis: the caller says how many there were. Returns None when there is nothing to draw."""
+    tail threshold of the factor mapping. own: the d-spans of the runs with the host's own
+    factor levels, marked on the curve (none: the legend says so; None: no own level is known).
+    Runs with a d-span of 0 (no extents) cannot sit on a log axis: the caller says how many
+    there were. Returns None when there is nothing to draw."""
     values = sorted(v for v in dspans if v > 0)
     if not values:
         return None
     with _style(key):
-        fig = _figure(6.4, 3.0)
+        fig = _figure(6.4, 3.0, left=0.6, bottom=0.45)
         ax = fig.add_subplot()
         shares = [(i + 1) / len(values) for i in range(len(values))]
         ax.step(values, shares, where="post", color=BLUE, linewidth=1.5, label="runs (%d)" % len(values))
+        if own is not None:
+            mine = sorted(v for v in own if v > 0)
+            label = ("runs with your configuration's levels (%d)" % len(mine) if mine
+                     else "no run has all your configuration's levels")
+            # on the curve: the share of runs at or below each one's d-span (the step's top)
+            ax.plot(mine, [bisect.bisect_right(values, v) / len(values) for v in mine], linestyle="none",
+                    marker="o", markersize=5, markerfacecolor="none", markeredgecolor="black", label=label)
         ax.set_xscale("log")
         styles = {"p50": ":", "p90": "--", "p99": "-."}
         for name, style in styles.items():
@@ -113,14 +135,15 @@ def prioritization(entries, key):
     if not entries:
         return None
     entries = list(reversed(entries))  # barh draws bottom up
+    labels = ["%s (%d levels)" % (probe.factor_title(e["factor"]), e["levels"]) for e in entries]
     with _style(key):
-        fig = _figure(6.4, 0.8 + 0.24 * len(entries))
+        fig = _figure(6.4, 0.8 + 0.24 * len(entries), left=0.25 + _text_width(max(labels, key=len), 8), bottom=0.45)
         ax = fig.add_subplot()
         rows = range(len(entries))
         ax.barh(rows, [e["s"] for e in entries], color=BLUE, height=0.6, label="share explained by the factor")
         ax.scatter([e["noise_floor"] for e in entries], rows, marker="|", s=160, color="black", zorder=3,
                    label="chance level: what a factor with that many levels gets by chance")
-        ax.set_yticks(list(rows), ["%s (%d levels)" % (probe.factor_title(e["factor"]), e["levels"]) for e in entries])
+        ax.set_yticks(list(rows), labels)
         top = max(max(e["s"] for e in entries), max(e["noise_floor"] for e in entries))
         ax.set_xlim(0, min(1.0, max(0.1, top * 1.15)))
         ax.xaxis.set_major_formatter(_percent_formatter())
@@ -155,27 +178,35 @@ def tail_share(mapping, ranked, runs, key, names=None, own=None, top=4):
     overall = mapping["tail_runs"] / runs
     groups = [(name, sorted(mapping["factors"][name], key=_level_order)) for name in factors]
     labels = [names.get(name, {}).get(level, level) for name, levels in groups for level in levels]
+    size = 6 if len(labels) <= 40 else 5
+    # the level names stand rotated under the bars: room for the longest; the factor titles over
+    # the axes take up to three lines
+    under = 0.1 + _text_width(max(labels, key=len), size)
     with _style(key):
-        # the level names stand rotated under the bars: room for the longest
-        fig = _figure(6.4, 2.0 + 0.055 * max(len(label) for label in labels))
+        fig = _figure(6.4, 2.0 + under, left=0.6, bottom=under, top=0.45)
         ax = fig.add_subplot()
-        spot, ticks = 0.0, []
+        x_data_y_axes = blended_transform_factory(ax.transData, ax.transAxes)  # titles over, level names under
+        spot, ticks, mine = 0.0, [], []
         for number, (name, levels) in enumerate(groups):
             spots = [spot + i for i in range(len(levels))]
             shares = [mapping["factors"][name][level]["tail_share"] for level in levels]
             ax.bar(spots, shares, width=0.75, color=(BLUE, GREY)[number % 2])
-            mine = [(x, share) for x, share, level in zip(spots, shares, levels) if level == own.get(name)]
-            if mine:  # a marker over the bar: a level with no tail runs has no bar to outline
-                ax.scatter([x for x, _ in mine], [share + 0.04 for _, share in mine], marker="v", s=30,
-                           color="black", zorder=3, label="your configuration")
+            mine += [(x, share) for x, share, level in zip(spots, shares, levels) if level == own.get(name)]
             # wrapped to the group's width (about two characters a bar), so neighbours' titles never overlap
             ax.text((spots[0] + spots[-1]) / 2, 1.0, textwrap.fill(probe.factor_title(name), max(8, 2 * len(levels)),
                                                                 break_long_words=False, break_on_hyphens=False),
-                    ha="center", va="bottom", fontsize=8, transform=blended_transform_factory(ax.transData, ax.transAxes))
+                    ha="center", va="bottom", fontsize=8, transform=x_data_y_axes)
             ticks += spots
             spot = spots[-1] + 2
+        if mine:  # a marker over the bar (a level with no tail runs has no bar to outline), one legend entry
+            ax.scatter([x for x, _ in mine], [share + 0.04 for _, share in mine], marker="v", s=30,
+                       color="black", zorder=3, label="your configuration")
         ax.axhline(overall, color=ORANGE, linestyle="--", linewidth=1, label="all runs (%.0f%%)" % (100 * overall))
-        ax.set_xticks(ticks, labels, rotation=90, fontsize=6 if len(ticks) <= 40 else 5)
+        # the level names as plain texts under the axes, not tick labels: a tick is five artists
+        # (marks, grid line, two labels) and cost half the plot's time
+        for x, label in zip(ticks, labels):
+            ax.text(x, -0.02, label, rotation=90, ha="center", va="top", fontsize=size, transform=x_data_y_axes)
+        ax.set_xticks([])
         ax.set_xlim(-1, spot - 1)
         ax.set_ylim(0, 1)
         ax.yaxis.set_major_formatter(_percent_formatter())
@@ -193,8 +224,9 @@ def kernel_gate(gate, key):
     if not dspan:
         return None
     with _style(key):
-        fig = _figure(6.4, 2.8)
-        left, right = fig.subplots(1, 2, width_ratios=[1, max(1, len(rows))] if rows else [1, 1])
+        fig = _figure(6.4, 2.8, left=0.6, bottom=0.3, top=0.25)
+        left, right = fig.subplots(1, 2, width_ratios=[1, max(1, len(rows))] if rows else [1, 1],
+                                   gridspec_kw={"wspace": 0.25})
         names = list(dspan["quantiles"])
         width = 0.38
         values = []

@@ -24,12 +24,14 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from ext4audit import contract, kernel_records  # noqa: E402  (the file's model and its reader)
 DEFAULT_OUTPUT = os.path.join(ROOT, "rules", "kernel_cna_records.json")
 DEFAULT_REPOSITORY = "https://git.kernel.org/pub/scm/linux/security/vulns.git"
-SCHEMA = "ext4-fleet-audit/kernel-cna-records/v1"
+SCHEMA = contract.KERNEL_RECORDS_SCHEMA
 PUBLISHED = "cve/published"
 MAX_RECORD_BYTES = 4 << 20  # the largest record in the tree is some 100 KiB
-SINCE_THE_START = "since the start"
+SINCE_THE_START = kernel_records.SINCE_THE_START
 
 PROGRAM_DIRS = ("fs/ext4/", "fs/jbd2/")
 TITLE_PREFIXES = ("ext4:", "jbd2:")
@@ -336,8 +338,10 @@ def main(argv=None):
         else:
             parser.error("%s is not a folder" % src)
         records = collect(files)
-        write_atomically(args.output, render(records, source))
-    except (RecordError, OSError, subprocess.CalledProcessError) as exc:
+        text = render(records, source)
+        contract.check(json.loads(text), contract.KernelRecords, args.output)  # what the reader will decode
+        write_atomically(args.output, text)
+    except (RecordError, contract.ContractError, OSError, subprocess.CalledProcessError) as exc:
         print("kernel_records: %s" % exc, file=sys.stderr)
         return 1
     print("%s: %d records from %s" % (args.output, len(records), source["commit"] or src))

@@ -67,6 +67,20 @@ PLAYER_CASES = [
 ]
 
 
+def test_scratch_use_counts_run_images_not_the_files_inside_their_mounts(scratch):
+    """The cap counts the blocks of the scratch directory's own files. A run's filesystem is
+    mounted under mnt/ while the next image is copied (RunSlots); walking into it counted a
+    half-full 256 MiB image's files on top of the image itself, and a cold sweep stopped at a
+    cap it had not reached."""
+    images = replica_images(scratch)
+    image = scratch.path("runs", "run.img")
+    probe.copy_sparse(images.get(256 << 20, 0.5, 6), image)
+    before = scratch.used()
+    with probe.Mounted(image, scratch.path("mnt", "run"), images.options) as mnt:
+        assert sum(f.stat().st_blocks for f in os.scandir(mnt.target) if f.is_file()) * 512 > 64 << 20
+        assert scratch.used() == before
+
+
 @pytest.mark.parametrize("case", PLAYER_CASES, ids=["d0.2", "d1.0", "d1.6-two-files", "d0.6-odd-size"])
 def test_player_writes_exactly_chopper_byte_ranges(scratch, case):
     t = treatment(**case)

@@ -266,6 +266,46 @@ def test_probe_plots_for_probed_hosts_only(rendered):
     assert "<svg" not in host_section(page, 1) and "<svg" not in host_section(page, 2)
     # the CDF has one step per run: 32 runs, 32 distinct d-spans at most
     assert "runs (32)" in probed
+    # the host's disk is 2 GiB (own level 1 GiB, the nearest swept): its runs are marked on the CDF
+    assert "runs with your configuration's levels (%d)" % own_runs({"DiskSize": "1 GiB"}) in probed
+
+
+def own_runs(own):
+    """How many runs of PLAN have the level `own` ({factor: level label}) names of every factor in it."""
+    return sum(1 for t in PLAN["treatments"] if all(probe.level_label(f, t[f]) == level for f, level in own.items()))
+
+
+def test_the_cdf_marks_the_runs_with_the_hosts_own_levels():
+    """Issue 17: the d-span CDF marks the runs whose treatment has the host's own level of every
+    factor whose own level is known (a marker on the curve per run, counted in the legend);
+    when no run has them all the legend says so; with no own level known there is no mark."""
+    record = probe_record("h", "/")
+    section = probe.host_section(record, PLAN)
+    first = PLAN["treatments"][0]
+
+    def cdf(own):
+        view = report_html._probe_view(section, report_html._dspans_of(record), 0, own,
+                                       report_html._own_dspans(record, PLAN, own))
+        return dict(view["plots"])["d-span CDF (Chopper Figure 3)"]
+
+    plain = cdf({})
+    for own in ({"FileSize": probe.level_label("FileSize", first["FileSize"])},
+                {"FileSize": probe.level_label("FileSize", first["FileSize"]),
+                 "Fsync": probe.level_label("Fsync", first["Fsync"])}):
+        marked, count = cdf(own), own_runs(own)
+        assert count >= 1 and "runs with your configuration's levels (%d)" % count in marked
+        # one marker per run, and one beside the legend entry
+        assert marked.count("<use ") - plain.count("<use ") == count + 1
+    unmatched = {"FileSize": probe.level_label("FileSize", first["FileSize"]), "DiskSize": "7 GiB"}
+    assert "no run has all your configuration's levels" in cdf(unmatched)
+    assert "your configuration" not in plain and report_html._own_dspans(record, PLAN, {}) is None
+    # a run id is data from the host: one that is no integer (a list would not hash) matches nothing
+    runs = record["result"]["sweep"]["runs"]
+    expected = report_html._own_dspans({"result": {"sweep": {"runs": runs[1:]}}}, PLAN, own)
+    assert len(expected) == own_runs(own) - 1  # the first run has the levels
+    for bad in ([runs[0]["id"]], True, str(runs[0]["id"])):
+        runs[0]["id"] = bad
+        assert report_html._own_dspans(record, PLAN, own) == expected
 
 
 def test_a_run_without_probe_data_draws_nothing_and_never_imports_matplotlib(tmp_path, hostile_catalog):
@@ -427,6 +467,7 @@ def test_report_and_kernel_gate_commands_write_report_html(tmp_path):
     parsed = Page(page)
     assert "Verdict: PASS" in parsed.text and HOSTILE in parsed.text and parsed.scripts == [SCRIPT]
     assert page.count("<svg") == 6 and 'id="kernel-gate"' not in page
+    assert "runs with your configuration's levels (%d)" % own_runs({"DiskSize": "1 GiB"}) in page
     # the kernel gate draws the page again with its comparison (web-1's d-spans are 3 times larger)
     result = subprocess.run(command + ["kernel-gate", str(run_dir), "--baseline", HOSTILE, "--candidate", "web-1"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -405,7 +405,8 @@ def test_unreadable_release_is_undetermined_not_clean(data):
 
 @pytest.mark.parametrize("content, message", [
     (b"{", "not JSON"),
-    (json.dumps({"schema": "other", "records": []}).encode(), "schema is not"),
+    (json.dumps({"schema": "other", "classes": [], "records": []}).encode(),
+     r"\$\.schema 'other' is not a ext4-fleet-audit/kernel-cna-records/v1 document"),
     (b" " * (kr.MAX_DATA_BYTES + 1), "larger than"),
 ], ids=["truncated", "other schema", "oversized"])
 def test_load_rejects_bad_files(tmp_path, content, message):
@@ -421,6 +422,11 @@ def test_load_rejects_bad_files(tmp_path, content, message):
     ("fixed", {"6.1": "6.1.x"}, r"records\[0\]\.fixed\[6\.1\]"),
     ("fixed_mainline", "six", r"records\[0\]\.fixed_mainline"),
     ("class", "bad", r"records\[0\]\.class 'bad'"),
+    # the shapes, through contract.KernelRecords
+    ("id", "GHSA-1", r"\$\.records\[0\]\.id: Expected `str` that is a CVE id"),
+    ("title", "", r"\$\.records\[0\]\.title: Expected `str` of length >= 1"),
+    ("fixed", ["6.1.2"], r"\$\.records\[0\]\.fixed: Expected `object`, got `array`"),
+    ("introduced", 6.1, r"\$\.records\[0\]\.introduced: Expected `str \| null`, got `float`"),
 ])
 def test_load_names_the_bad_field(tmp_path, field, value, message):
     with open(DATA_FILE) as handle:

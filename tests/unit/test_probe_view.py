@@ -278,4 +278,9 @@ def test_plot_axes_name_levels_and_units():
     view = report_html._probe_view(report["probe"], [], 0, probe_actions.own_levels(report))
     assert probe_actions.own_levels(report) == {"DiskSize": "1 GiB"}
     assert "your configuration" not in svg_texts(dict(view["plots"])["Tail share per factor level (Chopper Figure 5)"])
+    # own levels of two plotted factors: two marks, one legend entry
+    report = load(NODELALLOC_SYNC)
+    view = report_html._probe_view(report["probe"], [], 0, {"Fsync": "1111", "FileSize": "96 KiB"})
+    tail = dict(view["plots"])["Tail share per factor level (Chopper Figure 5)"]
+    assert svg_texts(tail).count("your configuration") == 1
 

@@ -449,8 +449,12 @@ class Scratch:
         return os.path.join(self.fd_path, *parts)
 
     def used(self):
+        """Bytes allocated to files in the directory. The runs' mounted filesystems are not
+        walked: their files live inside run images already counted."""
         total = 0
-        for _, _, files, dir_fd in os.fwalk(dir_fd=self.fd):
+        own_device = os.fstat(self.fd).st_dev
+        for _, dirs, files, dir_fd in os.fwalk(dir_fd=self.fd):
+            dirs[:] = [d for d in dirs if os.stat(d, dir_fd=dir_fd, follow_symlinks=False).st_dev == own_device]
             for name in files:
                 try:
                     total += os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_blocks * 512
@@ -1001,68 +1005,128 @@ def measure_run(paths, block_size, file_size):
             "layout_score": min(f["layout_score"] for f in files), "files": files}
 
 
-def release_run(target, image):
-    """Unmount a finished run's filesystem (the loop device goes with it: autoclear) and delete its
-    image."""
-    try:
-        umount(target)
-    finally:
-        os.unlink(image)
+class RunSlots:
+    """Two run slots that take turns, set up and torn down by one background thread: while one
+    run plays, the previous run is unmounted (umount's journal flush) and the run after the
+    playing one gets its fresh copy, loop device and mount. These are a run's largest fixed
+    costs, and they touch other filesystems than the one being measured. The thread works in
+    submission order, so a slot is set up again only after its last run was released; a run
+    whose release failed stops the sweep (its mount would stay under the next)."""
+
+    def __init__(self, scratch, options, helper):
+        self.scratch, self.options, self.helper = scratch, options, helper
+        self.paths = [(scratch.path("runs", "run%d.img" % k), scratch.path("mnt", "run%d" % k)) for k in (0, 1)]
+        self.mounted = [False, False]
+        self.stuck = [None, None]  # a release that failed, per slot
+        self.pending = [None, None]
+
+    def turn(self, slot, pristine, error=None):
+        """Queue: release the slot's last run, then mount a fresh copy of `pristine` there (None:
+        nothing). error: why the slot's next run has no image; ready() raises it."""
+        self.pending[slot] = self.helper.submit(self._turn, slot, pristine, error)
+
+    def wait(self, slot):
+        """Wait for the slot's queued turn; its error, if any, is raised here, in the sweep's thread."""
+        pending, self.pending[slot] = self.pending[slot], None
+        if pending is not None:
+            pending.result()
+
+    def ready(self, slot):
+        """The mount point of the slot's run, once it is set up (never a bare directory)."""
+        self.wait(slot)
+        if not self.mounted[slot]:
+            raise ProbeError("run slot %d has no filesystem mounted" % slot)
+        return self.paths[slot][1]
+
+    def _turn(self, slot, pristine, error):
+        image, target = self.paths[slot]
+        if self.stuck[slot] is not None:  # never mount over it; Scratch's cleanup detaches it at the end
+            if pristine is None and error is None:
+                return
+            raise self.stuck[slot]
+        if self.mounted[slot]:
+            try:
+                umount(target)  # the loop device goes with it: autoclear
+            except OSError as exc:
+                self.stuck[slot] = ProbeError("the run before it could not be released from %s: %s" % (
+                    os.path.join(self.scratch.real_path(), "mnt", "run%d" % slot), os.strerror(exc.errno)))
+                raise self.stuck[slot]
+            self.mounted[slot] = False
+            os.unlink(image)
+        if error is not None:
+            raise error
+        if pristine is None:
+            return
+        try:
+            copy_sparse(pristine, image)
+            Mounted(image, target, self.options).__enter__()  # the next turn unmounts it
+        except OSError as exc:
+            exc = self.scratch.full(exc)  # before the run image is freed
+            if os.path.exists(image):
+                os.unlink(image)
+            raise exc
+        self.mounted[slot] = True
 
 
 def sweep(scratch, images, plan, deadline, progress):
-    """Every treatment of the plan on a fresh sparse copy of its pristine image.
-    Two run slots take turns: while one run plays, the previous one is unmounted in a background
-    thread (umount's journal flush is the largest fixed cost of a run, and it touches another
-    filesystem than the one being measured). A slot is reused only once its cleanup finished."""
+    """Every treatment of the plan on a fresh sparse copy of its pristine image (RunSlots: the
+    copies are made, mounted and released in the background). The pristine images are got in
+    this thread, so building one (a cold cache) never overlaps a run and its time stays out of
+    runs_seconds."""
     cpus = sorted(os.sched_getaffinity(0))
     runs, errors, stopped_by = [], [], None
-    slots = [(scratch.path("runs", "run%d.img" % k), scratch.path("mnt", "run%d" % k)) for k in (0, 1)]
-    cleanups = [None, None]
     started = now()
     treatments = plan["treatments"]
-    with concurrent.futures.ThreadPoolExecutor(1) as cleaner:
-        for number, treatment in enumerate(treatments, 1):
-            slot = number % 2
-            run_image, target = slots[slot]
-            if now() > deadline:
-                stopped_by = "time budget"
-                break
-            try:
-                if cleanups[slot] is not None:
-                    cleanup, cleanups[slot] = cleanups[slot], None
-                    try:
-                        cleanup.result()
-                    except OSError as exc:  # its mount would stay under the next one: stop
-                        raise ProbeError("the run before it could not be released from %s: %s" % (
-                            os.path.join(scratch.real_path(), "mnt", "run%d" % slot), os.strerror(exc.errno)))
-                pristine = images.get(treatment["DiskSize"], treatment["UsedRatio"], treatment["FreeSpaceLayout"])
-                copy_sparse(pristine, run_image)
-                Mounted(run_image, target, images.options).__enter__()  # release_run unmounts it
-                try:
-                    paths = play(target, treatment, cpus)
-                    result = measure_run(paths, images.mkfs["block_size"], treatment["FileSize"])
-                finally:
-                    cleanups[slot] = cleaner.submit(release_run, target, run_image)
-                result["id"] = treatment["id"]
-                runs.append(result)
-            except (OSError, ProbeError) as exc:
-                exc = scratch.full(exc)  # before the run image is freed
-                errors.append("treatment %s: %s" % (treatment["id"], exc))
-                if cleanups[slot] is None and os.path.exists(run_image):  # the mount failed
-                    os.unlink(run_image)
-                if isinstance(exc, ProbeError) or len(errors) >= 5:
-                    stopped_by = exc.what if isinstance(exc, ScratchFull) else "error"
+
+    def queue(slot, number):
+        """Queue the set-up of the plan's run `number` (1-based; past the end: a release only)."""
+        if number > len(treatments):
+            return slots.turn(slot, None)
+        treatment = treatments[number - 1]
+        try:
+            pristine = images.get(treatment["DiskSize"], treatment["UsedRatio"], treatment["FreeSpaceLayout"])
+        except (OSError, ProbeError) as exc:
+            return slots.turn(slot, None, error=exc)
+        return slots.turn(slot, pristine)
+
+    with concurrent.futures.ThreadPoolExecutor(1) as helper:
+        slots = RunSlots(scratch, images.options, helper)
+        try:
+            queue(1, 1)
+            queue(0, 2)
+            for number, treatment in enumerate(treatments, 1):
+                slot = number % 2
+                if now() > deadline:
+                    stopped_by = "time budget"
                     break
-            if number % 32 == 0 or number == len(treatments):
-                progress("sweep %d/%d runs, %.1f s" % (number, len(treatments), now() - started))
-        for cleanup in cleanups:
-            try:
-                if cleanup is not None:
-                    cleanup.result()
-            except OSError as exc:
-                errors.append("cleanup of the last runs: %s" % exc)
-                stopped_by = stopped_by or "error"
+                try:
+                    try:
+                        paths = play(slots.ready(slot), treatment, cpus)
+                        result = measure_run(paths, images.mkfs["block_size"], treatment["FileSize"])
+                    finally:
+                        queue(slot, number + 2)
+                    result["id"] = treatment["id"]
+                    runs.append(result)
+                except (OSError, ProbeError) as exc:
+                    exc = scratch.full(exc)
+                    errors.append("treatment %s: %s" % (treatment["id"], exc))
+                    if isinstance(exc, ProbeError) or len(errors) >= 5:
+                        stopped_by = exc.what if isinstance(exc, ScratchFull) else "error"
+                        break
+                if number % 32 == 0 or number == len(treatments):
+                    progress("sweep %d/%d runs, %.1f s" % (number, len(treatments), now() - started))
+        finally:
+            for slot in (0, 1):  # whatever is queued or still mounted, released before the slots go
+                try:
+                    slots.wait(slot)
+                except (OSError, ProbeError):
+                    pass  # a set-up no run used: its error was the sweep's, or it never played
+                slots.turn(slot, None)
+                try:
+                    slots.wait(slot)
+                except (OSError, ProbeError) as exc:
+                    errors.append("cleanup of the last runs: %s" % exc)
+                    stopped_by = stopped_by or "error"
     return {"planned": len(treatments), "completed": len(runs), "stopped_by": stopped_by,
             "images_built": images.built, "images_reused": images.reused, "cache_rejected": images.rejected,
             "images_seconds": round(images.seconds, 3),
@@ -1155,7 +1219,8 @@ def mkdir_existing_latency(path, iterations=200):
 
 
 def mkdir_latency_child(path):
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "mkdir-latency", path],
+    # as the probe itself is started (ext4_probe_run): isolated, no site-packages, no bytecode beside it
+    out = subprocess.run([sys.executable, "-I", "-S", "-B", os.path.abspath(__file__), "mkdir-latency", path],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30, universal_newlines=True)
     if out.returncode != 0:
         raise ProbeError("mkdir timing on %s failed: %s" % (path, out.stderr.strip()[-300:]))
@@ -1649,7 +1714,8 @@ def write_json_atomic(path, doc):
     folder = os.path.dirname(os.path.abspath(path))
     handle, tmp = tempfile.mkstemp(dir=folder, prefix=".probe-")
     with os.fdopen(handle, "w") as out:
-        json.dump(doc, out, sort_keys=True, separators=(",", ":"))  # indent would take the slow pure-Python encoder
+        # dumps, not dump: json.dump streams through the pure-Python encoder, dumps uses the C one
+        out.write(json.dumps(doc, sort_keys=True, separators=(",", ":")))
     os.replace(tmp, path)
 
 
