@@ -202,18 +202,16 @@ class Sections:
     run); plotted: the hosts whose probe gets pictures."""
 
     def __init__(self, policy, hosts, catalog, plotted=(), probe_records=None):
-        self.template = _environment().get_template("host.html.j2")
+        self.probe_template = _environment().get_template("host_probe.html.j2")
         self.policy, self.detailed = policy, hosts <= DETAILED_HOSTS
         self.rationales = dict((rule["id"], rule.get("rationale")) for rule in catalog.rules) if catalog else {}
         self.plotted, self.probe_records = set(plotted), probe_records or {}
 
     def article(self, f):
-        """A finding's <article>, as Markup. Written out here rather than in host.html.j2: Jinja
+        """A finding's <article> (HTML text). Written out here rather than in a template: Jinja
         took 90 us per finding, this 15 (a host section has ~25 findings; 10,000 hosts). Like the
         template, every value is escaped, and a field the finding lacks shows as nothing."""
-        def shown(mapping, key):  # {{ mapping.key }} (jinja2.ChainableUndefined: "" when missing)
-            return escape(mapping[key]) if isinstance(mapping, dict) and key in mapping else ""
-
+        shown = _shown
         waiver, rule, severity = f.get("waiver"), shown(f, "rule"), shown(f, "severity")
         out = ['<article class="finding sev-border-%s%s">\n<h4><span class="sev sev-%s">%s</span> <code>%s</code> %s\n'
                % (severity, " waived" if f.get("waived") else "", severity, severity, rule, shown(f, "title"))]
@@ -259,23 +257,130 @@ class Sections:
         else:
             out.append('<dt>Fix</dt>\n<dd><a href="#rule-%s">why and how to fix</a></dd>\n' % rule)
         out.append("</dl>\n</article>\n")
-        return Markup("".join(out))
+        return "".join(out)
 
     def render(self, report, digest):
+        """A host's <details> section. Written out here rather than in a template, as article is
+        (Jinja took 2 ms a host at 10,000 hosts); only the probe block, which few hosts have, is
+        one (host_probe.html.j2). Every host value is escaped; a field missing from an older or
+        partial report shows as nothing, a null one as None, as the template wrote them."""
         findings = sorted(report["findings"], key=lambda f: (-severity_rank(f["severity"]), f["rule"],
                                                              f.get("mountpoint") or ""))
-        view, section = None, report.get("probe")
+        worst, shown = digest["row"]["worst"], _shown
+        out = ['<details class="host" id="h-%s"%s>\n<summary><span class="host-data hostname">%s</span> '
+               '<span class="sev sev-%s">%s</span> <span class="status">%s</span>\n%s</summary>\n' % (
+                   escape(digest["index"]), " open" if self.detailed else "", shown(report, "host"),
+                   escape(worst or "none"), escape(worst or "none"), shown(report, "status"),
+                   '<span class="mark fail-mark">fails the policy</span>' if digest["bad"] else "")]
+        if report.get("status") != "audited":
+            out.append('<p class="alert">Not audited (%s): %s</p>' % (shown(report, "status"),
+                                                                       escape(report.get("reason") or "no reason given")))
+        if report.get("groups"):
+            out.append("<p>Groups: %s</p>" % ", ".join('<span class="host-data">%s</span>' % escape(g)
+                                                       for g in report["groups"]))
+        policy = policy_mod.describe(report)
+        if policy:
+            out.append('<h3>Policy</h3>\n<ul class="policy">%s</ul>' % "".join("<li>%s</li>" % escape(line)
+                                                                                for line in policy))
+        out.append("\n<h3>Findings (%d)</h3>\n%s" % (len(findings), "" if findings else "<p>None.</p>"))
+        out.extend(self.article(f) for f in findings)
+        out.append("\n")
+        if report.get("undetermined"):
+            out.append("<h3>Undetermined (%d)</h3>\n<ul>%s</ul>\n" % (len(report["undetermined"]), "".join(
+                "<li><code>%s</code>%s: missing %s</li>" % (shown(u, "rule"), _where(u), escape(", ".join(
+                    map(str, u.get("missing") or ())))) for u in report["undetermined"])))
+        if report.get("errors"):
+            out.append("<h3>Could not read (%d)</h3>\n<ul>%s</ul>\n" % (len(report["errors"]), "".join(
+                '<li class="host-data">%s: %s</li>' % (shown(e, "where"), shown(e, "reason")) for e in report["errors"])))
+        out.append("\n")
+        if report.get("kernel"):
+            out.append(_kernel(report["kernel"]))
+        if report.get("filesystems"):
+            out.append('<h3>Filesystems (%d)</h3>\n<div class="wide"><table class="facts">\n<thead><tr><th>mount point'
+                       '</th><th>device</th><th>options in effect</th><th>superblock</th><th>device queue</th><th>fstab'
+                       '</th></tr></thead>\n<tbody>\n' % len(report["filesystems"]))
+            out.extend(_filesystem_row(fs) for fs in report["filesystems"])
+            out.append("</tbody>\n</table></div>\n")
+        if report.get("netfs"):
+            out.append("<h3>Network filesystems (%d)</h3>\n<ul>%s</ul>\n" % (len(report["netfs"]), "".join(
+                '<li><code class="host-data">%s</code>: %s from <code class="host-data">%s</code></li>'
+                % (shown(n, "mountpoint"), shown(n, "fstype"), shown(n, "source")) for n in report["netfs"])))
+        out.append("\n")
+        section = report.get("probe")
+        if section:
+            out.append(self._probe(report, digest, section))
+        out.append("</details>")
+        return "".join(out)
+
+    def _probe(self, report, digest, section):
+        """The probe block (host_probe.html.j2)."""
+        view = None
         if report["host"] in self.plotted:
             view = _probe_view(section, _dspans_of(self.probe_records.get(report["host"])), digest["index"],
                                probe_actions.own_levels(report))
-        actions = probe_actions.sentences(report) if section else []
         # per confirmation: the options of its risky side the host does not use ([]: its own configuration)
-        not_used = [probe_actions.not_in_effect(report, c) for c in section["confirmations"]] if section else []
-        return self.template.render(h={"index": digest["index"], "row": row(digest), "report": report,
-                                       "findings": findings, "probe": section, "probe_view": view,
-                                       "actions": actions, "not_used": not_used,
-                                       "detailed": self.detailed, "policy": policy_mod.describe(report)},
-                                    article=self.article)
+        not_used = [probe_actions.not_in_effect(report, c) for c in section["confirmations"]]
+        return self.probe_template.render(h={"probe": section, "probe_view": view, "not_used": not_used,
+                                             "actions": probe_actions.sentences(report)})
+
+
+def _shown(mapping, key):
+    """{{ mapping.key }} as the host template wrote it (jinja2.ChainableUndefined: "" when missing)."""
+    return escape(mapping[key]) if isinstance(mapping, dict) and key in mapping else ""
+
+
+def _where(item):
+    """The where() macro of macros.html.j2: on <mount point> (<device>)."""
+    text = ' on <code class="host-data">%s</code>' % escape(item["mountpoint"]) if item.get("mountpoint") else ""
+    return text + (' (<code class="host-data">%s</code>)' % escape(item["device"]) if item.get("device") else "")
+
+
+def _bytes(value):
+    return "-" if value is None else probe.human_bytes(value)
+
+
+def _kernel(k):
+    """A host section's kernel paragraph and notes."""
+    os_release = k.get("os_release")
+    pretty = os_release.get("PRETTY_NAME") if isinstance(os_release, dict) else None
+    return ('<h3>Kernel</h3>\n<p><code class="host-data">%s</code>: upstream %s, vendor %s%s%s%s%s.</p>\n%s' % (
+        _shown(k, "release"), escape(k.get("upstream") or "unknown"), escape(k.get("vendor") or "unknown"),
+        " " + escape(k["vendor_version"]) if k.get("vendor_version") else "",
+        " (backports fixes)" if k.get("backports") else "",
+        ", %s-byte pages" % escape(k["page_size"]) if k.get("page_size") else "",
+        "; " + escape(pretty) if pretty else "",
+        "".join('<p class="note">%s</p>' % escape(note) for note in k.get("notes") or ())))
+
+
+def _filesystem_row(fs):
+    """A filesystem's row of a host section's facts table."""
+    sb, q, shown = fs.get("superblock"), fs.get("queue"), _shown
+    options = escape(", ".join(map(str, fs.get("options") or ())))
+    if fs.get("options_source") and fs["options_source"] != "proc":
+        options += " (%s)" % escape(fs["options_source"])
+    if sb:
+        size = ""
+        if sb.get("block_count") and sb.get("block_size"):
+            size = ", size %s" % escape(_bytes(sb["block_count"] * sb["block_size"]))
+        superblock = 'block %s, inode %s B, journal %s%s<br><span class="features">%s</span>' % (
+            escape(_bytes(sb.get("block_size"))), escape(sb.get("inode_size") or "?"),
+            escape(_bytes(sb.get("journal_bytes"))), size, escape(" ".join(map(str, sb.get("features") or ()))))
+    else:
+        superblock = "not read"
+    if q:
+        queue = "%s, write cache %s%s" % ("rotational" if q.get("rotational") else "non-rotational",
+                                          escape(q.get("write_cache") or "?"), ", discard" if q.get("discard_max_bytes")
+                                          else "")
+    else:
+        queue = "-"
+    if fs.get("fstab_drift"):
+        fstab = "drift: " + ", ".join('<code class="host-data">%s</code> (in effect: %s)' % (
+            shown(d, "option"), escape(_json(d.get("effective")))) for d in fs["fstab_drift"])
+    else:
+        fstab = "matches" if fs.get("fstab") else "no entry"
+    return ('<tr>\n<td><code class="host-data">%s</code></td>\n<td><code class="host-data">%s</code> %s</td>\n'
+            '<td class="options host-data">%s</td>\n<td>%s</td>\n<td>%s</td>\n<td>%s</td>\n</tr>\n' % (
+                shown(fs, "mountpoint"), shown(fs, "device"), shown(fs, "fstype"), options, superblock, queue, fstab))
 
 
 def plotted_hosts(hosts, completed):
