@@ -227,20 +227,33 @@ def _compile_fact(pred):
     first, *rest = path.split(".")
     unlisted_is_off = path.startswith("opt.")  # see options_complete in filesystem_context
     (op, expected), = [(k, v) for k, v in pred.items() if k != "fact"]
-    present = op == "present"
-    compare = None if present else _comparison(op, expected)
 
-    def test_fact(context, evidence, missing, issues):
-        node = context.get(first)  # a context is always a dict
-        for part in rest:
-            node = node.get(part) if isinstance(node, dict) else None
-        if node is None and unlisted_is_off and context.get("options_complete"):
-            node = False  # /proc/fs/ext4/<dev>/options lists every option in effect: unlisted is off
-        evidence[path] = node
-        if present:
+    if len(rest) == 1 and not unlisted_is_off:  # most facts (sb.x, derived.x, ...): read without the loop
+        second = rest[0]
+
+        def read(context):
+            node = context.get(first)  # a context is always a dict
+            return node.get(second) if isinstance(node, dict) else None
+    else:
+        def read(context):
+            node = context.get(first)
+            for part in rest:
+                node = node.get(part) if isinstance(node, dict) else None
+            if node is None and unlisted_is_off and context.get("options_complete"):
+                node = False  # /proc/fs/ext4/<dev>/options lists every option in effect: unlisted is off
+            return node
+
+    if op == "present":
+        def test_present(context, evidence, missing, issues):
+            node = evidence[path] = read(context)
             if path in missing:  # read and missing elsewhere in this predicate: present settles it
                 missing[:] = [m for m in missing if m != path]
             return (node is not None) == bool(expected)
+        return test_present
+    compare = _comparison(op, expected)
+
+    def test_fact(context, evidence, missing, issues):
+        node = evidence[path] = read(context)
         if node is None:
             missing.append(path)
             return None
@@ -266,6 +279,8 @@ def _comparison(op, expected):
     function = _OPERATORS[op]
     expected_is_version = isinstance(expected, str) and _VERSION.match(expected) is not None
     expected_number = _number(expected)
+    if expected_number is None and not expected_is_version:  # (a word: every branch below compares as is)
+        return lambda actual: function(actual, expected)
 
     def compare(actual):
         if expected_is_version and isinstance(actual, str) and _VERSION.match(actual):
@@ -395,8 +410,8 @@ def evaluate_host(facts, catalog, skip=()):
             if result is None:
                 undetermined.append(dict(where, rule=rule_id, missing=sorted(set(missing))))
                 continue
-            if not result:
-                passed.append(dict(where, rule=rule_id))
+            if not result:  # most (~150 a host): a literal, faster than dict(where, rule=...), the same keys in order
+                passed.append({"mountpoint": where["mountpoint"], "device": where["device"], "rule": rule_id})
                 continue
             if id(fs) not in fields_of:
                 fields_of[id(fs)] = _Fields(fs, facts, context)
