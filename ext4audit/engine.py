@@ -197,27 +197,43 @@ def _compile_kernel_records(record_class, records):
             evidence["kernel_records"] = None
             missing.append("kernel_records (kernel %s cannot be judged)" % kernel.get("release"))
             return None
-        exact, advisory, aside = [], [], []
+        # What follows depends only on the kernel's records and on which of the features they need
+        # the host uses: worked out once per kernel and feature use, kept with the kernel's issues.
         in_use = kernel_records.FeaturesInUse(filesystems)
-        for item in items:
-            if item["class"] != record_class or not filesystems:
-                continue
-            why = kernel_records.set_aside(item, in_use)
-            if why:
-                aside.append("%s: %s" % (item["id"], why))
-            else:
-                (advisory if item["advisory"] else exact).append(item)
-        evidence["kernel_records"] = [dict((k, item[k]) for k in ("id", "title", "fixed_in", "fixed_mainline", "link"))
-                                      for item in exact]
-        if aside:
-            evidence["kernel_records_set_aside"] = aside
-        if advisory:
-            evidence["kernel_records_advisory"] = ["%s: %s" % (item["id"], item["reason"]) for item in advisory]
-            if not exact:
-                missing.extend("kernel_records %s (%s)" % (item["id"], item["reason"]) for item in advisory)
-                return None
-        return bool(exact)
+        needed = issues.get(("kernel_records needs", record_class))
+        if needed is None:
+            needed = issues[("kernel_records needs", record_class)] = sorted(set(
+                item["needs"] for item in items if item["class"] == record_class and item["needs"]))
+        key = ("kernel_records", record_class, bool(filesystems), tuple(in_use[feature] for feature in needed))
+        if key not in issues:
+            issues[key] = _judge_records(items, record_class, filesystems, in_use)
+        result, found, why_missing = issues[key]
+        evidence.update(found)  # (lists shared by the hosts of the key: read only, as a waiver replaces them)
+        missing.extend(why_missing)
+        return result
     return test_records
+
+
+def _judge_records(items, record_class, filesystems, in_use):
+    """(result, evidence, missing) of a {kernel_records: CLASS} predicate (see _compile_kernel_records)."""
+    exact, advisory, aside = [], [], []
+    for item in items:
+        if item["class"] != record_class or not filesystems:
+            continue
+        why = kernel_records.set_aside(item, in_use)
+        if why:
+            aside.append("%s: %s" % (item["id"], why))
+        else:
+            (advisory if item["advisory"] else exact).append(item)
+    evidence = {"kernel_records": [dict((k, item[k]) for k in ("id", "title", "fixed_in", "fixed_mainline", "link"))
+                                   for item in exact]}
+    if aside:
+        evidence["kernel_records_set_aside"] = aside
+    if advisory:
+        evidence["kernel_records_advisory"] = ["%s: %s" % (item["id"], item["reason"]) for item in advisory]
+        if not exact:
+            return None, evidence, ["kernel_records %s (%s)" % (item["id"], item["reason"]) for item in advisory]
+    return bool(exact), evidence, []
 
 
 def _compile_fact(pred):
@@ -379,7 +395,7 @@ MESSAGE_FIELDS = frozenset(_FIELDS) | frozenset(_EVIDENCE_FIELDS)  # the placeho
 def message(template, fields, evidence):
     """A rule's message for one target: the target's fields and the rule's evidence fields."""
     by_evidence = dict((name, value(evidence)) for name, value in _EVIDENCE_FIELDS.items() if name in template)
-    return " ".join(template.format_map(collections.ChainMap(by_evidence, fields)).split())
+    return " ".join(template.format_map(collections.ChainMap(by_evidence, fields) if by_evidence else fields).split())
 
 
 def evaluate_host(facts, catalog, skip=()):
