@@ -88,7 +88,12 @@ def _num(value, digits=3):
 
 def _json(value):
     """A fact value as compact text (escaped by the template like any other string)."""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return value if isinstance(value, str) else _JSON(value)
+
+
+# json.dumps(value, ensure_ascii=False, sort_keys=True) without making an encoder for each call
+# (it does whenever an option is given): a finding's evidence has two or three values to write.
+_JSON = json.JSONEncoder(ensure_ascii=False, sort_keys=True).encode
 
 
 def _link(url):
