@@ -394,8 +394,16 @@ MESSAGE_FIELDS = frozenset(_FIELDS) | frozenset(_EVIDENCE_FIELDS)  # the placeho
 
 def message(template, fields, evidence):
     """A rule's message for one target: the target's fields and the rule's evidence fields."""
-    by_evidence = dict((name, value(evidence)) for name, value in _EVIDENCE_FIELDS.items() if name in template)
-    return " ".join(template.format_map(collections.ChainMap(by_evidence, fields) if by_evidence else fields).split())
+    names = _evidence_fields_of.get(template)
+    if names is None:
+        names = _evidence_fields_of[template] = [name for name in _EVIDENCE_FIELDS if name in template]
+    if not names:
+        return " ".join(template.format_map(fields).split())
+    by_evidence = dict((name, _EVIDENCE_FIELDS[name](evidence)) for name in names)
+    return " ".join(template.format_map(collections.ChainMap(by_evidence, fields)).split())
+
+
+_evidence_fields_of = {}  # message template -> the _EVIDENCE_FIELDS it names (a catalog has a few dozen templates)
 
 
 def evaluate_host(facts, catalog, skip=()):
