@@ -3,8 +3,8 @@
 Each host goes through the same steps once: read its facts record, evaluate the rules and
 waivers, mark its findings against the baseline, write hosts/<host>.json, and append its part
 of each report format's file (junit.xml, report.sarif, report.html: the run's writers, see
-writers.py) and of the findings index (baseline.INDEX) to its shard's part files. What the fleet files need from a host beyond that is
-its digest (reports.digest), a few hundred bytes. So memory is one host report per worker plus
+writers.py) and of the findings index (baseline.INDEX) to its shard's part files. What the
+fleet files need from a host beyond that is its digest (reports.digest), a few hundred bytes. So memory is one host report per worker plus
 every host's digest, and 10,000 hosts cost what 10 do per host.
 
 The hosts are cut into shards in file order; worker processes (one per core, forked, so they

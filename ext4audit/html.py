@@ -7,8 +7,10 @@ the kernel-gate comparison when the run has them. Plots are SVG inline (ext4audi
 
 Self-contained and inert: no file, font or script is loaded from anywhere (a
 Content-Security-Policy meta allows none; the one inline script is allowed by its hash), and
-every host-provided string goes through Jinja2's autoescape. Nothing in here marks host data
-safe: only our own CSS, script and matplotlib's SVG (whose text matplotlib escapes) are.
+every host-provided string is escaped: by Jinja2's autoescape in the templates, by escape() (the
+same function) in the host sections, which are written in Python for speed (Sections). Nothing
+in here marks host data safe: only our own CSS, script and matplotlib's SVG (whose text
+matplotlib escapes) are.
 """
 
 import base64

@@ -199,7 +199,8 @@ def test_the_findings_index_compares_as_the_host_reports_do(two_runs, monkeypatc
         assert [tuple(msgspec.structs.astuple(f)) for f in index.hosts[host].findings] == [
             (f["rule"], f["severity"], f.get("device"), f.get("mountpoint")) for f in report["findings"]]
     read = []
-    monkeypatch.setattr(reports, "read_json", lambda path, *args, **kwargs: read.append(path) or READ_JSON(path, *args, **kwargs))
+    monkeypatch.setattr(reports, "read_json",
+                        lambda path, *args, **kwargs: read.append(path) or READ_JSON(path, *args, **kwargs))
     diffs = []
     for prepare in (lambda: None, lambda: rewrite_index(first, lambda doc: doc.update(run_id="another")),
                     lambda: os.unlink(os.path.join(first, baseline.INDEX))):
