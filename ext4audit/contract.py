@@ -37,6 +37,7 @@ PROBE_RESULT_SCHEMA = ext4_parsers.PROBE_RESULT_SCHEMA
 PROBES = ext4_parsers.CONFIRMATION_PROBES
 HOST_REPORT_SCHEMA = "ext4-fleet-audit/host-report/v1"
 SUMMARY_SCHEMA = "ext4-fleet-audit/summary/v1"
+FINDINGS_INDEX_SCHEMA = "ext4-fleet-audit/findings-index/v1"
 PROBE_PLAN_SCHEMA = "ext4-fleet-audit/probe-plan/v1"
 KERNEL_GATE_SCHEMA = "ext4-fleet-audit/kernel-gate/v1"
 RULES_SCHEMA = "ext4-fleet-audit/rules/v1"
@@ -390,6 +391,34 @@ class Summary(Struct):
     baseline: Optional[BaselineDiff] = None
 
 
+# ------------------------------------------------------------------ findings index
+class IndexedFinding(Struct, array_like=True):
+    """A finding's identity and severity, as an array: [rule, severity, device, mount point]
+    (host-wide rules have neither device nor mount point)."""
+    rule: str
+    severity: Severity
+    device: Optional[str]
+    mountpoint: Optional[str]
+
+
+class IndexedHost(Struct):
+    """A host of the findings index: its status and every finding of its host report."""
+    status: Literal[HOST_STATUSES]
+    findings: List[IndexedFinding]
+
+
+class FindingsIndex(Struct):
+    """reports/<run>/findings-index.json: every host's findings by identity and severity, what a
+    later run compares with when it takes this run as its --baseline (baseline.py) instead of
+    reading every host report. Written by the report step before summary.json, with its run_id
+    and generated_at: an index whose run_id, generated_at or hosts are not the summary's (a later
+    report of the run by a version that does not write one) is ignored, and the host reports read."""
+    schema: Literal[FINDINGS_INDEX_SCHEMA]
+    run_id: str
+    generated_at: Stamp
+    hosts: Dict[str, IndexedHost]
+
+
 # ------------------------------------------------------------------ kernel gate
 class GateSide(Struct):
     host: str
@@ -641,6 +670,7 @@ SCHEMAS = {
     "probe-plan.json": ProbePlan,
     "host-report.json": HostReport,
     "summary.json": Summary,
+    "findings-index.json": FindingsIndex,
     "kernel-gate.json": KernelGate,
     "waivers.json": WaiverFile,
     "rules.json": RuleFile,

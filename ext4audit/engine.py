@@ -197,27 +197,43 @@ def _compile_kernel_records(record_class, records):
             evidence["kernel_records"] = None
             missing.append("kernel_records (kernel %s cannot be judged)" % kernel.get("release"))
             return None
-        exact, advisory, aside = [], [], []
+        # What follows depends only on the kernel's records and on which of the features they need
+        # the host uses: worked out once per kernel and feature use, kept with the kernel's issues.
         in_use = kernel_records.FeaturesInUse(filesystems)
-        for item in items:
-            if item["class"] != record_class or not filesystems:
-                continue
-            why = kernel_records.set_aside(item, in_use)
-            if why:
-                aside.append("%s: %s" % (item["id"], why))
-            else:
-                (advisory if item["advisory"] else exact).append(item)
-        evidence["kernel_records"] = [dict((k, item[k]) for k in ("id", "title", "fixed_in", "fixed_mainline", "link"))
-                                      for item in exact]
-        if aside:
-            evidence["kernel_records_set_aside"] = aside
-        if advisory:
-            evidence["kernel_records_advisory"] = ["%s: %s" % (item["id"], item["reason"]) for item in advisory]
-            if not exact:
-                missing.extend("kernel_records %s (%s)" % (item["id"], item["reason"]) for item in advisory)
-                return None
-        return bool(exact)
+        needed = issues.get(("kernel_records needs", record_class))
+        if needed is None:
+            needed = issues[("kernel_records needs", record_class)] = sorted(set(
+                item["needs"] for item in items if item["class"] == record_class and item["needs"]))
+        key = ("kernel_records", record_class, bool(filesystems), tuple(in_use[feature] for feature in needed))
+        if key not in issues:
+            issues[key] = _judge_records(items, record_class, filesystems, in_use)
+        result, found, why_missing = issues[key]
+        evidence.update(found)  # (lists shared by the hosts of the key: read only, as a waiver replaces them)
+        missing.extend(why_missing)
+        return result
     return test_records
+
+
+def _judge_records(items, record_class, filesystems, in_use):
+    """(result, evidence, missing) of a {kernel_records: CLASS} predicate (see _compile_kernel_records)."""
+    exact, advisory, aside = [], [], []
+    for item in items:
+        if item["class"] != record_class or not filesystems:
+            continue
+        why = kernel_records.set_aside(item, in_use)
+        if why:
+            aside.append("%s: %s" % (item["id"], why))
+        else:
+            (advisory if item["advisory"] else exact).append(item)
+    evidence = {"kernel_records": [dict((k, item[k]) for k in ("id", "title", "fixed_in", "fixed_mainline", "link"))
+                                   for item in exact]}
+    if aside:
+        evidence["kernel_records_set_aside"] = aside
+    if advisory:
+        evidence["kernel_records_advisory"] = ["%s: %s" % (item["id"], item["reason"]) for item in advisory]
+        if not exact:
+            return None, evidence, ["kernel_records %s (%s)" % (item["id"], item["reason"]) for item in advisory]
+    return bool(exact), evidence, []
 
 
 def _compile_fact(pred):
@@ -227,20 +243,33 @@ def _compile_fact(pred):
     first, *rest = path.split(".")
     unlisted_is_off = path.startswith("opt.")  # see options_complete in filesystem_context
     (op, expected), = [(k, v) for k, v in pred.items() if k != "fact"]
-    present = op == "present"
-    compare = None if present else _comparison(op, expected)
 
-    def test_fact(context, evidence, missing, issues):
-        node = context.get(first)  # a context is always a dict
-        for part in rest:
-            node = node.get(part) if isinstance(node, dict) else None
-        if node is None and unlisted_is_off and context.get("options_complete"):
-            node = False  # /proc/fs/ext4/<dev>/options lists every option in effect: unlisted is off
-        evidence[path] = node
-        if present:
+    if len(rest) == 1 and not unlisted_is_off:  # most facts (sb.x, derived.x, ...): read without the loop
+        second = rest[0]
+
+        def read(context):
+            node = context.get(first)  # a context is always a dict
+            return node.get(second) if isinstance(node, dict) else None
+    else:
+        def read(context):
+            node = context.get(first)
+            for part in rest:
+                node = node.get(part) if isinstance(node, dict) else None
+            if node is None and unlisted_is_off and context.get("options_complete"):
+                node = False  # /proc/fs/ext4/<dev>/options lists every option in effect: unlisted is off
+            return node
+
+    if op == "present":
+        def test_present(context, evidence, missing, issues):
+            node = evidence[path] = read(context)
             if path in missing:  # read and missing elsewhere in this predicate: present settles it
                 missing[:] = [m for m in missing if m != path]
             return (node is not None) == bool(expected)
+        return test_present
+    compare = _comparison(op, expected)
+
+    def test_fact(context, evidence, missing, issues):
+        node = evidence[path] = read(context)
         if node is None:
             missing.append(path)
             return None
@@ -266,6 +295,8 @@ def _comparison(op, expected):
     function = _OPERATORS[op]
     expected_is_version = isinstance(expected, str) and _VERSION.match(expected) is not None
     expected_number = _number(expected)
+    if expected_number is None and not expected_is_version:  # (a word: every branch below compares as is)
+        return lambda actual: function(actual, expected)
 
     def compare(actual):
         if expected_is_version and isinstance(actual, str) and _VERSION.match(actual):
@@ -363,8 +394,16 @@ MESSAGE_FIELDS = frozenset(_FIELDS) | frozenset(_EVIDENCE_FIELDS)  # the placeho
 
 def message(template, fields, evidence):
     """A rule's message for one target: the target's fields and the rule's evidence fields."""
-    by_evidence = dict((name, value(evidence)) for name, value in _EVIDENCE_FIELDS.items() if name in template)
+    names = _evidence_fields_of.get(template)
+    if names is None:
+        names = _evidence_fields_of[template] = [name for name in _EVIDENCE_FIELDS if name in template]
+    if not names:
+        return " ".join(template.format_map(fields).split())
+    by_evidence = dict((name, _EVIDENCE_FIELDS[name](evidence)) for name in names)
     return " ".join(template.format_map(collections.ChainMap(by_evidence, fields)).split())
+
+
+_evidence_fields_of = {}  # message template -> the _EVIDENCE_FIELDS it names (a catalog has a few dozen templates)
 
 
 def evaluate_host(facts, catalog, skip=()):
@@ -395,8 +434,8 @@ def evaluate_host(facts, catalog, skip=()):
             if result is None:
                 undetermined.append(dict(where, rule=rule_id, missing=sorted(set(missing))))
                 continue
-            if not result:
-                passed.append(dict(where, rule=rule_id))
+            if not result:  # most (~150 a host): a literal, faster than dict(where, rule=...), the same keys in order
+                passed.append({"mountpoint": where["mountpoint"], "device": where["device"], "rule": rule_id})
                 continue
             if id(fs) not in fields_of:
                 fields_of[id(fs)] = _Fields(fs, facts, context)

@@ -3,8 +3,8 @@
 Each host goes through the same steps once: read its facts record, evaluate the rules and
 waivers, mark its findings against the baseline, write hosts/<host>.json, and append its part
 of each report format's file (junit.xml, report.sarif, report.html: the run's writers, see
-writers.py) to its shard's part files. What the fleet files need from a host beyond that is
-its digest (reports.digest), a few hundred bytes. So memory is one host report per worker plus
+writers.py) and of the findings index (baseline.INDEX) to its shard's part files. What the
+fleet files need from a host beyond that is its digest (reports.digest), a few hundred bytes. So memory is one host report per worker plus
 every host's digest, and 10,000 hosts cost what 10 do per host.
 
 The hosts are cut into shards in file order; worker processes (one per core, forked, so they
@@ -116,6 +116,7 @@ def run_shard(number, paths, first_index):
     digests, started = [], set()  # the formats with a part in this shard's part file
     outputs = [(name, writer, open(_parts(job, name, writer).path(number), "w", encoding="utf-8"))
                for name, writer in _writers(job)]
+    index = open(_index_parts(job).path(number), "wb")
     try:
         for offset, path in enumerate(paths):
             report = build_host_report(read_record(path), job.catalog, job.waivers, job.run_id, job.now,
@@ -140,8 +141,10 @@ def run_shard(number, paths, first_index):
                 if piece:
                     handle.write(writer.separator + piece if name in started else piece)
                     started.add(name)
+            index.write(b"," + baseline_mod.index_entry(report) if offset else baseline_mod.index_entry(report))
             digests.append(digest)
     finally:
+        index.close()
         for _, _, handle in outputs:
             handle.close()
     return digests
@@ -161,6 +164,11 @@ def _writers(job):
 
 def _parts(job, name, writer):
     return writers_mod.Parts(job.staging, name, writer.separator)
+
+
+def _index_parts(job):
+    """The hosts' entries of the findings index (baseline.INDEX), which every run has, whatever its formats."""
+    return writers_mod.Parts(job.staging, "findings-index", ",")
 
 
 def _die_with_parent():
@@ -240,9 +248,12 @@ def discard(staging):
 
 
 def write_fleet_files(job, summary, digests):
-    """Write each writer's file from the summary, the digests and its staged parts (hosts/ is in
-    place), and remove the files of the formats this run does not write (an earlier report of the
-    same run may have left them); summary.json is not one of them (reports.finish_run writes it last)."""
+    """Write the findings index (baseline.INDEX: a later run's baseline reads it) and each writer's
+    file from the summary, the digests and its staged parts (hosts/ is in place), and remove the
+    files of the formats this run does not write (an earlier report of the same run may have left
+    them); summary.json is not one of them (reports.finish_run writes it last)."""
+    with reports.atomic_file(os.path.join(job.run_dir, baseline_mod.INDEX), durable=False) as out:
+        baseline_mod.write_index(out, summary, _index_parts(job))
     for name, writer in _writers(job):
         with reports.atomic_file(os.path.join(job.run_dir, writer.file), durable=False) as out:
             writer.finish(out, summary, digests, _parts(job, name, writer))

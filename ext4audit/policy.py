@@ -41,7 +41,8 @@ def make(doc, catalog, where, default_fail_on):
     fail_on = doc.get("fail_on", default_fail_on)
     if fail_on not in SEVERITIES:
         raise PolicyError("%s: ext4_audit_fail_on %r is not one of %s" % (where, fail_on, ", ".join(SEVERITIES)))
-    known = set().union(*(names_of(rule) for rule in catalog.rules))
+    by_rule = _names_by_rule(catalog)
+    known = set().union(*by_rule.values())
     select = _names(doc, "rules_select", where, known)
     skip = _names(doc, "rules_skip", where, known)
     overrides = doc.get("severity_overrides") or {}
@@ -63,12 +64,21 @@ def make(doc, catalog, where, default_fail_on):
         checked[rid] = {"severity": entry["severity"], "reason": entry["reason"].strip()}
     skipped = {}
     for rule in catalog.rules:
-        names = names_of(rule)
+        names = by_rule[rule["id"]]
         if select and not names & set(select):
             skipped[rule["id"]] = "not selected by ext4_audit_rules_select"
         elif names & set(skip):
             skipped[rule["id"]] = "ext4_audit_rules_skip: %s" % ", ".join(sorted(names & set(skip)))
     return {"fail_on": fail_on, "rules_select": select, "rules_skip": skip, "severity_overrides": checked}, skipped
+
+
+def _names_by_rule(catalog):
+    """{rule id: names_of(rule)} of the catalog, made once and kept on it (make runs for every host
+    of a run; a loaded catalog is not changed afterwards)."""
+    cached = getattr(catalog, "_policy_names", None)
+    if cached is None or cached[0] is not catalog.rules:
+        cached = catalog._policy_names = (catalog.rules, dict((rule["id"], names_of(rule)) for rule in catalog.rules))
+    return cached[1]
 
 
 def _names(doc, field, where, known):

@@ -31,7 +31,8 @@ from conftest import ROOT, VENV_BIN, fixture_text
 
 HOSTS = 2000
 SEED = int(os.environ.get("EXT4AUDIT_FAULT_SEED", "20260515"))
-OUTPUTS = ("summary.json", "junit.xml", "summary.md", "report.html", "report.sarif", "ext4audit.prom", "report.tap")
+OUTPUTS = ("summary.json", "junit.xml", "summary.md", "report.html", "report.sarif", "ext4audit.prom", "report.tap",
+           "findings-index.json")
 
 
 def facts(mountpoint, options):

@@ -4,11 +4,12 @@ import copy
 import json
 import os
 
+import msgspec
 import pytest
 import yaml
 
 from conftest import ROOT
-from ext4audit import baseline, reports, terminal
+from ext4audit import baseline, contract, reports, terminal
 from test_reports import HOSTILE, cli, write_run
 from test_rules import facts, with_options
 
@@ -184,6 +185,36 @@ def test_fail_on_new_fails_on_a_new_or_worse_finding(tmp_path):
     assert cli("gate", second, "--baseline", first, "--fail-on-new", "true", "--fail-on", "critical")[0] == 0
 
 
+def test_the_findings_index_compares_as_the_host_reports_do(two_runs, monkeypatch):
+    """A run's findings-index.json lists every host's findings (identity, severity) and status;
+    a later run compares with it instead of the host reports, and gets the same diff. A baseline
+    without one (an earlier version's), or with one another report of the run left, reads hosts/."""
+    first, second = two_runs
+    index = msgspec.json.decode(open(os.path.join(first, baseline.INDEX), "rb").read(), type=contract.FindingsIndex)
+    summary = json.load(open(os.path.join(first, "summary.json")))
+    assert (index.run_id, index.generated_at) == (summary["run_id"], summary["generated_at"])
+    for host in ("a", "b"):
+        report = json.load(open(os.path.join(first, "hosts", host + ".json")))
+        assert index.hosts[host].status == report["status"] and len(report["findings"]) > 0
+        assert [tuple(msgspec.structs.astuple(f)) for f in index.hosts[host].findings] == [
+            (f["rule"], f["severity"], f.get("device"), f.get("mountpoint")) for f in report["findings"]]
+    read = []
+    monkeypatch.setattr(reports, "read_json",
+                        lambda path, *args, **kwargs: read.append(path) or READ_JSON(path, *args, **kwargs))
+    diffs = []
+    for prepare in (lambda: None, lambda: rewrite_index(first, lambda doc: doc.update(run_id="another")),
+                    lambda: os.unlink(os.path.join(first, baseline.INDEX))):
+        prepare()
+        del read[:]
+        base = baseline.load(first, second)
+        diffs.append(baseline.compare([json.load(open(os.path.join(first, "hosts", "a.json")))], base))
+        assert (os.path.join(first, "hosts", "a.json") in read) is (len(diffs) > 1)
+    assert diffs[0] == diffs[1] == diffs[2] and diffs[0]["persisting"] > 0
+
+
+READ_JSON = reports.read_json
+
+
 def snapshot(folder):
     result = {}
     for base, dirs, files in os.walk(folder):
@@ -198,20 +229,49 @@ def break_json(path):
     open(path, "w").write(text[:len(text) // 2])
 
 
+def older(damage):
+    """damage to a baseline of a version before the findings index (its host reports are read)."""
+    def damage_older(run):
+        os.unlink(os.path.join(run, baseline.INDEX))
+        damage(run)
+    return damage_older
+
+
+def rewrite_index(run, change):
+    path = os.path.join(run, baseline.INDEX)
+    doc = json.load(open(path))
+    change(doc)
+    json.dump(doc, open(path, "w"))
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda run: os.unlink(os.path.join(run, "summary.json")), "is incomplete: it has no summary.json"),
     (lambda run: break_json(os.path.join(run, "summary.json")), "is not valid JSON"),
-    (lambda run: break_json(os.path.join(run, "hosts", "a.json")), "is not valid JSON"),
+    (older(lambda run: break_json(os.path.join(run, "hosts", "a.json"))), "is not valid JSON"),
     (lambda run: os.unlink(os.path.join(run, "hosts", "b.json")), "is incomplete: summary.json lists 2 host(s), hosts/ has 1"),
     (lambda run: json.dump({"schema": "something/else"}, open(os.path.join(run, "summary.json"), "w")),
      "is not a ext4-fleet-audit/summary/v1 document"),
-    (lambda run: json.dump({"schema": reports.HOST_SCHEMA, "host": "a", "status": "audited",
-                            "findings": [{"rule": "R", "severity": "dreadful"}]},
-                           open(os.path.join(run, "hosts", "a.json"), "w")), "a.json: $.findings[0].severity 'dreadful' is not one of"),
-    (lambda run: json.dump([], open(os.path.join(run, "hosts", "a.json"), "w")),
+    (older(lambda run: json.dump({"schema": reports.HOST_SCHEMA, "host": "a", "status": "audited",
+                                  "findings": [{"rule": "R", "severity": "dreadful"}]},
+                                 open(os.path.join(run, "hosts", "a.json"), "w"))),
+     "a.json: $.findings[0].severity 'dreadful' is not one of"),
+    (older(lambda run: json.dump([], open(os.path.join(run, "hosts", "a.json"), "w"))),
      "a.json: $: Expected `object`, got `array`"),
-    (lambda run: json.dump({"schema": "something/else"}, open(os.path.join(run, "hosts", "a.json"), "w")),
+    (older(lambda run: json.dump({"schema": "something/else"}, open(os.path.join(run, "hosts", "a.json"), "w"))),
      "is not a ext4-fleet-audit/host-report/v1"),
+    # the findings index (a baseline reported by this version)
+    (lambda run: break_json(os.path.join(run, baseline.INDEX)), "findings-index.json is not valid JSON"),
+    (lambda run: rewrite_index(run, lambda doc: doc.update(schema="something/else")),
+     "findings-index.json: $.schema 'something/else' is not a ext4-fleet-audit/findings-index/v1 document"),
+    (lambda run: rewrite_index(run, lambda doc: doc["hosts"]["a"]["findings"][0].__setitem__(1, "dreadful")),
+     "findings-index.json (host 'a'): $.findings[0][1]: Invalid enum value 'dreadful'"),
+    (lambda run: rewrite_index(run, lambda doc: doc["hosts"]["a"].update(status="unreachable")),
+     "findings-index.json (host 'a'): status 'unreachable', its summary.json says 'audited'"),
+    # an index that is not of this summary is not read: the host reports are
+    (lambda run: (rewrite_index(run, lambda doc: doc.update(generated_at="2020-01-01T00:00:00Z")),
+                  break_json(os.path.join(run, "hosts", "a.json"))), "a.json is not valid JSON"),
+    (lambda run: (rewrite_index(run, lambda doc: doc["hosts"].pop("b")), break_json(os.path.join(run, "hosts", "a.json"))),
+     "a.json is not valid JSON"),
 ])
 def test_a_broken_baseline_is_an_error_and_nothing_is_written(two_runs, damage, message):
     first, second = two_runs
@@ -222,7 +282,9 @@ def test_a_broken_baseline_is_an_error_and_nothing_is_written(two_runs, damage, 
     assert rc == 2 and err.startswith("error: baseline") and message in err, (rc, out, err)
     assert snapshot(second) == before and os.readlink(latest) == link  # nothing written, latest not moved
     rc, out, err = cli("gate", second, "--baseline", first)
-    assert rc == 2 and message in err
+    # (a host's entry of the index is read when that host is compared: the gate stops before,
+    # at the run the report step could not finish)
+    assert rc == 2 and (message in err or "is incomplete" in err and "findings-index.json (host" in message)
 
 
 def test_missing_baseline_or_none_with_fail_on_new(two_runs, tmp_path):

@@ -152,7 +152,7 @@ def test_the_facts_modules_document_the_constants_they_use():
 def test_no_schema_id_is_written_twice():
     """Each schema id's text is in one file of the code that writes or reads it."""
     ids = (ext4_parsers.FACTS_SCHEMA, ext4_parsers.PROBE_RESULT_SCHEMA, contract.HOST_REPORT_SCHEMA,
-           contract.SUMMARY_SCHEMA, contract.PROBE_PLAN_SCHEMA, contract.KERNEL_GATE_SCHEMA)
+           contract.SUMMARY_SCHEMA, contract.PROBE_PLAN_SCHEMA, contract.KERNEL_GATE_SCHEMA, contract.FINDINGS_INDEX_SCHEMA)
     code = [os.path.join(folder, name) for top in ("ext4audit", "plugins", "roles")
             for folder, _, names in os.walk(os.path.join(ROOT, top)) for name in names
             if name.endswith(".py") and not os.path.islink(os.path.join(folder, name))]

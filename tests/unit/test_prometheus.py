@@ -5,6 +5,8 @@ import json
 import os
 import time
 
+from hypothesis import given, settings, strategies as st
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from ext4audit import prometheus, reports
@@ -95,3 +97,42 @@ def test_label_values_round_trip():
     got = samples(prometheus.text(summary, hosts))
     back = sorted(dict(k[1])["host"] for k in got if k[0] == "ext4audit_findings")
     assert back == sorted(names[:-1] + ["lone \\udcff surrogate"])
+
+
+def _by_prometheus_client(summary, digests):
+    """The file as prometheus_client wrote it (GaugeMetricFamily, generate_latest) before
+    prometheus.text_of wrote the same text itself."""
+    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.exposition import generate_latest
+
+    families = []
+    for name, documentation, labels in prometheus.FAMILIES:
+        family = GaugeMetricFamily(name, documentation, labels=list(labels))
+        for values, value in prometheus.samples(summary, digests)[name]:
+            family.add_metric([prometheus._text(v) for v in values], value)
+        families.append(family)
+
+    class Run:
+        def collect(self):
+            return iter([family for family in families if family.samples])
+    return generate_latest(Run()).decode("utf-8")
+
+
+_LABEL = st.text(st.sampled_from('ab\\"\n{}= \u00e9\udc80'), max_size=6) | st.just(EVIL)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.fixed_dictionaries({
+    "host": _LABEL, "status": st.sampled_from(["audited", "unreachable"]),
+    "metrics": st.lists(st.tuples(st.tuples(st.booleans(), _LABEL, st.sampled_from(["info", "high"])),
+                                  st.integers(1, 10 ** 6)), max_size=3),
+    "row": st.fixed_dictionaries({"probe": st.none() | _LABEL}),
+    "dspan": st.dictionaries(st.sampled_from(["p50", "p90", "p99"]),
+                             st.none() | st.integers(0, 2 ** 40) | st.floats(0, 1e12))}), max_size=4),
+    st.sampled_from(["pass", "fail", "incomplete"]), st.none() | st.integers(0, 5))
+def test_the_text_is_what_prometheus_client_wrote(digests, verdict, changes):
+    """text_of writes the text format itself (prometheus_client made an object per sample): the
+    same text as generate_latest, for hostile label values, every family and none."""
+    summary = {"generated_at": "2026-11-25T01:02:03Z", "verdict": verdict, "baseline": None if changes is None else
+               {"new": [{}] * changes, "resolved": [], "persisting": changes * 7}}
+    assert prometheus.text_of(summary, digests) == _by_prometheus_client(summary, digests)
