@@ -92,6 +92,7 @@ PLAN_FILE = "run-2/probe/0.json"
 HOST = "run-2/hosts/db-1.json"
 BASE_SUMMARY = "run-1/summary.json"
 BASE_HOST = "run-1/hosts/db-1.json"
+BASE_INDEX = "run-1/findings-index.json"
 
 # (id, file to corrupt, how, what the error names)
 REPORT_CASES = [
@@ -116,6 +117,10 @@ REPORT_CASES = [
     ("plan-truncated", PLAN_FILE, truncate, "is not valid JSON"),
     ("baseline-summary-truncated", BASE_SUMMARY, truncate, "is not valid JSON"),
     ("baseline-summary-schema", BASE_SUMMARY, edit_json(lambda d: d.update(schema="x")), "is not a ext4-fleet-audit/summary"),
+    ("baseline-index-truncated", BASE_INDEX, truncate, "findings-index.json is not valid JSON"),
+    ("baseline-index-findings", BASE_INDEX, edit_json(lambda d: d["hosts"]["db-1"].update(findings="none")),
+     "(host 'db-1'): $.findings: Expected `array`, got `str`"),
+    # a baseline reported before findings-index.json existed: its host reports are read
     ("baseline-host-truncated", BASE_HOST, truncate, "is not valid JSON"),
     ("baseline-host-schema", BASE_HOST, edit_json(lambda d: d.update(findings="none")), "findings"),
 ]
@@ -180,6 +185,8 @@ def check_refused(base, args, fragment, run=None):
 @pytest.mark.parametrize("case", REPORT_CASES, ids=[c[0] for c in REPORT_CASES])
 def test_report_refuses_corrupt_input_and_overwrites_nothing(reports_dir, capsys, case):
     name, target, change, fragment = case
+    if target == BASE_HOST:
+        os.unlink(str(reports_dir / BASE_INDEX))
     rewrite(str(reports_dir / target), change)
     args = ["report", str(reports_dir / "run-2")]
     if target.startswith("run-1/"):

@@ -562,8 +562,9 @@ def _section_by_template(sections, report, digest):
                                                          f.get("mountpoint") or ""))
     view, section = None, report.get("probe")
     if report["host"] in sections.plotted:
-        view = report_html._probe_view(section, report_html._dspans_of(sections.probe_records.get(report["host"])),
-                                       digest["index"], report_html.probe_actions.own_levels(report))
+        record, own = sections.probe_records.get(report["host"]), report_html.probe_actions.own_levels(report)
+        view = report_html._probe_view(section, report_html._dspans_of(record), digest["index"], own,
+                                       report_html._own_dspans(record, sections.plan, own))
     actions = report_html.probe_actions.sentences(report) if section else []
     not_used = [report_html.probe_actions.not_in_effect(report, c) for c in section["confirmations"]] if section else []
     return _template_section().render(
@@ -580,7 +581,7 @@ def test_a_host_section_with_a_probe_is_the_text_the_template_wrote(tmp_path, ho
     plotted = [HOSTILE]
     for hosts in (3, 500):
         sections = report_html.Sections(summary["policy"], hosts, hostile_catalog, plotted,
-                                         report_html._dspan_records(run_dir, set(plotted)))
+                                         *report_html._dspan_records(run_dir, set(plotted)))
         for index, report in enumerate(host_reports):
             digest = dict(reports.digest(report, "high"), index=index)
             assert sections.render(report, digest) == _section_by_template(sections, report, digest)
