@@ -70,7 +70,7 @@ def main():
             for cache, keep in (("cold", True), ("warm", False)):
                 if cache == "cold" and os.path.exists(scratch):
                     subprocess.run([sys.executable, PROBE, "sweep-stale", scratch], check=True)
-                    shutil.rmtree(scratch)
+                    shutil.rmtree(scratch, ignore_errors=True)  # sweep-stale removes it when nothing else is in it
                 r = one(args.runs, scratch, keep, workdir, args.discard)
                 print("| %s | %d | %.2f | %.1f | %d | %.2f | %.2f | %.1f | %.1f |" % (
                     cache, r["runs"], r["wall_s"], r["runs_per_s"], r["images_built"], r["images_s"],
