@@ -6,6 +6,7 @@ it becomes an "undetermined" entry that says which facts were missing.
 """
 
 import collections
+import functools
 import json
 import operator
 import re
@@ -394,16 +395,17 @@ MESSAGE_FIELDS = frozenset(_FIELDS) | frozenset(_EVIDENCE_FIELDS)  # the placeho
 
 def message(template, fields, evidence):
     """A rule's message for one target: the target's fields and the rule's evidence fields."""
-    names = _evidence_fields_of.get(template)
-    if names is None:
-        names = _evidence_fields_of[template] = [name for name in _EVIDENCE_FIELDS if name in template]
+    names = _evidence_fields_of(template)
     if not names:
         return " ".join(template.format_map(fields).split())
     by_evidence = dict((name, _EVIDENCE_FIELDS[name](evidence)) for name in names)
     return " ".join(template.format_map(collections.ChainMap(by_evidence, fields)).split())
 
 
-_evidence_fields_of = {}  # message template -> the _EVIDENCE_FIELDS it names (a catalog has a few dozen templates)
+@functools.lru_cache(maxsize=None)  # a catalog has a few dozen templates; each is looked at once
+def _evidence_fields_of(template):
+    """The _EVIDENCE_FIELDS a message template names."""
+    return tuple(name for name in _EVIDENCE_FIELDS if name in template)
 
 
 def evaluate_host(facts, catalog, skip=()):
