@@ -16,13 +16,17 @@ description:
     async job to end, then returns every line of the file, so an C(until) loop around it shows the
     probe's progress while it runs (Ansible gives an async job's output only at its end). The
     stdout callback C(ext4audit.fleet.audit) prints the lines it has not printed yet.
-  - Returns as soon as the file has more lines than O(seen) (after at least O(min_wait_s)) or the
-    job has ended, so polling adds no waiting after the probe is done. Its action plugin sets
-    O(seen) to the number of lines the previous attempt of the same C(until) loop returned.
+  - Returns as soon as the file has more lines than O(seen) (after at least O(min_wait_s), and once
+    no further line has come for a quarter of a second, so a burst of lines, such as the last ones
+    and the job's end, comes back in one call) or the job has ended, so polling adds no waiting after
+    the probe is done. Its action plugin sets O(seen) to the number of lines the previous attempt of
+    the same C(until) loop returned.
   - Once the job has ended, returns its result too (what M(ext4audit.fleet.ext4_probe_run) returned,
     read from the job's status file), with the probe's progress lines from that result, so no
-    C(async_status) task is needed after the loop.
-  - Never changes anything; reads at most 64 KiB of progress, and 4 KiB of the job file per call
+    C(async_status) task is needed after the loop; the status file is then removed, as
+    C(async_status) does with C(mode=cleanup) (each probe run would otherwise leave its result in
+    the async directory).
+  - Changes nothing but the removal of the ended job's status file; reads at most 64 KiB of progress, and 4 KiB of the job file per call
     while the job runs (32 MiB once it has ended).
 options:
   path:
@@ -100,7 +104,8 @@ from ansible.module_utils.basic import AnsibleModule
 PROGRESS_MAX = 64 * 1024
 JOB_FILE_MAX = 4096  # the "still running" record is tiny; a module's full result is what ends it
 JOB_RESULT_MAX = 32 * 1024 * 1024  # the probe's result with its plan and progress: about 0.5 MiB
-POLL_S = 0.1
+POLL_S = 0.05
+SETTLE_S = 0.25  # a new line is returned once no other has come for this long
 
 
 def read_lines(path):
@@ -156,7 +161,8 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    started = time.monotonic()
+    started = last_line_at = time.monotonic()
+    count = params["seen"]
     try:
         while True:
             finished, job, job_error = job_state(params["results_file"])
@@ -164,13 +170,23 @@ def main():
                 lines = job["progress"]  # the module removed the file; its result has every line
             else:
                 lines = read_lines(params["path"])  # after the check: a finished job's last lines come too
-            waited = time.monotonic() - started
-            if finished or waited >= params["wait_s"] or (len(lines) > params["seen"] and waited >= params["min_wait_s"]):
+            now = time.monotonic()
+            if len(lines) > count:
+                count, last_line_at = len(lines), now
+            if finished or now - started >= params["wait_s"] or (
+                    count > params["seen"] and now - started >= params["min_wait_s"] and now - last_line_at >= SETTLE_S):
                 break
             time.sleep(POLL_S)
     except OSError as exc:
         module.fail_json(msg="cannot read the probe's progress: %s" % exc)
     extra = {"job_error": job_error} if job_error else {}
+    if job is not None:
+        try:
+            os.unlink(params["results_file"])  # read: nobody needs the job's status any more
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            module.warn("could not remove the ended job's status file %s: %s" % (params["results_file"], exc))
     module.exit_json(changed=False, lines=lines, finished=finished, job=job, **extra)
 
 

@@ -45,10 +45,18 @@ def leftovers(scratch_dir):
     return mounts, loops, os.path.exists(scratch_dir)
 
 
+def async_status_files():
+    """The async jobs' status files in ansible-core's default async directory (the probe's job runs
+    as root here)."""
+    folder = os.path.expanduser("~/.ansible_async")
+    return set(os.listdir(folder)) if os.path.isdir(folder) else set()
+
+
 @pytest.mark.parametrize("playbook", ["audit.yml", "probe.yml"])
 def test_32_run_sweep_fills_the_probe_section(loopfs, tmp_path, playbook):
     target = loopfs.make("probed", size="2G", mkfs_args=["-J", "size=8", "-I", "256"])
     scratch_dir = "/dev/shm/ext4-audit-probe-pb-%d" % os.getpid()
+    async_before = async_status_files()
     rc, out = run_playbook(playbook_argv(tmp_path / "reports", scratch_dir, "-e", "chopper_probe_runs=32",
                                          "-e", "chopper_probe_mountpoint=%s" % target["mountpoint"],
                                          "-e", "chopper_probe_repetitions=2", playbook=playbook))
@@ -74,6 +82,7 @@ def test_32_run_sweep_fills_the_probe_section(loopfs, tmp_path, playbook):
     assert sorted(c["id"] for c in measured) == ["buffered_write_fsync", "rename_over_existing", "xattr_set"]
     assert all(c["ratio"] > 0 for c in measured)
     assert leftovers(scratch_dir) == ([], [], False)
+    assert async_status_files() - async_before == set()  # the follow loop removed the job's status file
     summary = load_json(os.path.join(str(tmp_path / "reports"), "latest", "summary.json"))
     assert "localhost" in str(summary["probe"])
     markdown = open(os.path.join(str(tmp_path / "reports"), "latest", "summary.md")).read()
