@@ -16,10 +16,10 @@ description:
     async job to end, then returns every line of the file, so an C(until) loop around it shows the
     probe's progress while it runs (Ansible gives an async job's output only at its end). The
     stdout callback C(ext4audit.fleet.audit) prints the lines it has not printed yet.
-  - Returns as soon as the file has more lines than O(seen) (after at least O(min_wait_s), and once
-    no further line has come for a quarter of a second, so a burst of lines, such as the last ones
-    and the job's end, comes back in one call) or the job has ended, so polling adds no waiting after
-    the probe is done. Its action plugin sets O(seen) to the number of lines the previous attempt of
+  - Returns as soon as the file has more lines than O(seen) (after at least O(min_wait_s), and a
+    quarter of a second after the first new line, so a burst of lines, such as the last ones and the
+    job's end, comes back in one call) or the job has ended, so polling adds no waiting after the
+    probe is done. Its action plugin sets O(seen) to the number of lines the previous attempt of
     the same C(until) loop returned.
   - Once the job has ended, returns its result too (what M(ext4audit.fleet.ext4_probe_run) returned,
     read from the job's status file), with the probe's progress lines from that result, so no
@@ -103,9 +103,9 @@ from ansible.module_utils.basic import AnsibleModule
 
 PROGRESS_MAX = 64 * 1024
 JOB_FILE_MAX = 4096  # the "still running" record is tiny; a module's full result is what ends it
-JOB_RESULT_MAX = 32 * 1024 * 1024  # the probe's result with its plan and progress: about 0.5 MiB
+JOB_RESULT_MAX = 32 * 1024 * 1024  # the probe's result and progress: about 100 KB
 POLL_S = 0.05
-SETTLE_S = 0.25  # a new line is returned once no other has come for this long
+SETTLE_S = 0.25  # what comes this soon after a new line is returned with it (the probe ends just after its last line)
 
 
 def read_lines(path):
@@ -161,8 +161,8 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    started = last_line_at = time.monotonic()
-    count = params["seen"]
+    started = time.monotonic()
+    first_new_at = None
     try:
         while True:
             finished, job, job_error = job_state(params["results_file"])
@@ -171,10 +171,10 @@ def main():
             else:
                 lines = read_lines(params["path"])  # after the check: a finished job's last lines come too
             now = time.monotonic()
-            if len(lines) > count:
-                count, last_line_at = len(lines), now
+            if first_new_at is None and len(lines) > params["seen"]:
+                first_new_at = now
             if finished or now - started >= params["wait_s"] or (
-                    count > params["seen"] and now - started >= params["min_wait_s"] and now - last_line_at >= SETTLE_S):
+                    first_new_at is not None and now - started >= params["min_wait_s"] and now - first_new_at >= SETTLE_S):
                 break
             time.sleep(POLL_S)
     except OSError as exc:
