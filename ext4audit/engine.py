@@ -207,10 +207,9 @@ class _Source:
         lines = self.lines
         lines.append("%s = context.get(%s)" % (value, self.constant(first)))  # a context is always a dict
         for part in rest:
-            lines.append("%s = %s.get(%s) if isinstance(%s, dict) else None" % (value, value, self.constant(part), value))
-        if path.startswith("opt."):  # see options_complete in filesystem_context
-            lines += ["if %s is None and context.get('options_complete'):" % value,
-                      "    %s = False  # /proc/fs/ext4/<dev>/options lists every option in effect: unlisted is off" % value]
+            lines.append("{0} = {0}.get({1}) if isinstance({0}, dict) else None".format(value, self.constant(part)))
+        if path.startswith("opt."):  # /proc/fs/ext4/<dev>/options lists every option in effect: unlisted is off
+            lines += ["if %s is None and context.get('options_complete'):" % value, "    %s = False" % value]
         lines.append("evidence[%s] = %s" % (key, value))
         if op == "present":
             lines += ["if %s in missing:  # read and missing elsewhere in this predicate: present settles it" % key,
