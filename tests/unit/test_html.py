@@ -655,6 +655,6 @@ _DIGEST = st.fixed_dictionaries({
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_DIGEST, max_size=4))
 def test_the_fleet_table_is_the_text_the_template_wrote(digests):
-    """html.fleet_rows writes the fleet table's rows in Python (Jinja took 0.2 ms a row, 2 s at
-    10,000 hosts): the same text as the template it replaced, for hostile host names and statuses."""
+    """html.fleet_rows writes the fleet table's rows in Python (Jinja took 0.73 s for 10,000 rows,
+    this 0.14): the same text as the template it replaced, for hostile host names and statuses."""
     assert report_html.fleet_rows(digests) == _rows_by_template(digests)
