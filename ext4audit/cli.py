@@ -79,10 +79,9 @@ def cmd_report(args):
             summary = reports.summarize_digests(digests, run_id, args.fail_on, args.unreachable_incomplete, now,
                                                 baseline=diff, fail_on_new=args.fail_on_new)
             fleet.put_hosts_in_place(args.run_dir, job.staging)
-            with reports.flushing(args.run_dir):  # hosts/ goes to disk while the fleet files are written
-                fleet.write_fleet_files(job, summary, digests)
+            fleet.write_fleet_files(job, summary, digests)
         finally:
-            fleet.discard(job.staging)
+            fleet.discard(job.staging)  # before finish_run's flush: the parts' pages are never written
         reports.finish_run(args.run_dir, summary)
     except OSError as exc:  # out of space, a write-back error: say which folder, and what it leaves there
         raise reports.ReportError("run folder %s: its reports could not be written (%s)%s" % (

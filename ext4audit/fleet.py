@@ -111,7 +111,7 @@ def run_shard(number, paths, first_index):
     job = _JOB
     # A folder per shard: workers creating files in one folder at once contend for its lock and
     # for the same inode group (measured: 2.6 times the kernel time at 10,000 hosts).
-    hosts_dir = os.path.join(job.staging, "hosts.%05d" % number)
+    hosts_dir = _hosts_dir(job, number)
     os.mkdir(hosts_dir)
     digests, started = [], set()  # the formats with a part in this shard's part file
     outputs = [(name, writer, open(_parts(job, name, writer).path(number), "w", encoding="utf-8"))
@@ -148,6 +148,10 @@ def run_shard(number, paths, first_index):
         for _, _, handle in outputs:
             handle.close()
     return digests
+
+
+def _hosts_dir(job, shard):
+    return os.path.join(job.staging, "hosts.%05d" % shard)
 
 
 def _clash(host, where):
@@ -198,9 +202,14 @@ def report_hosts(job, paths, jobs):
             return _one_report_per_host([d for shard in shards for d in run_shard(*shard)])
         context = multiprocessing.get_context("fork")
         with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context, initializer=_die_with_parent) as pool:
-            futures = [pool.submit(run_shard, *shard) for shard in shards]
+            futures = [pool.submit(run_shard, *shard) for shard in shards]  # (the workers fork at the first)
             try:
-                return _one_report_per_host([d for future in futures for d in future.result()])
+                with reports.writing_back() as write_back:  # a thread: started after the fork
+                    digests = []
+                    for (number, _, _), future in zip(shards, futures):
+                        digests.extend(future.result())
+                        write_back(_hosts_dir(job, number))  # its host reports go to disk while the workers work
+                return _one_report_per_host(digests)
             except concurrent.futures.process.BrokenProcessPool as exc:
                 raise reports.ReportError("a worker of the report step died (%s): nothing was written" % exc)
             finally:

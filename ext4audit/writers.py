@@ -96,15 +96,6 @@ class Parts:
         return [path for path in sorted(glob.glob(os.path.join(self.staging, self.name + ".*")))
                 if os.path.getsize(path)]
 
-    def text(self):
-        """The parts as text, in blocks (the separator between shards included)."""
-        for number, path in enumerate(self.paths()):
-            if number and self.separator:
-                yield self.separator
-            with open(path, encoding="utf-8") as handle:
-                for block in iter(lambda: handle.read(BLOCK), ""):
-                    yield block
-
     def copy_to(self, out):
         """Append the parts to the text file `out`, in the kernel where it can (copy_file_range:
         280 MB at 10,000 hosts without a trip through Python's str)."""

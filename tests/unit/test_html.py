@@ -628,3 +628,33 @@ def test_a_host_section_is_the_text_the_template_wrote(report, worst, failing, i
         sections.rationales = {"a": RULE_MARKUP}
         digest = {"index": index, "row": {"worst": worst}, "bad": [("A", "high")] if failing else []}
         assert sections.render(report, digest) == _section_by_template(sections, report, digest)
+
+
+def _rows_by_template(digests):
+    """The fleet table's rows as report.html.j2 wrote them (kept as the fixture), from the rows
+    html.row made of the digests."""
+    with open(os.path.join(ROOT, "tests", "fixtures", "html", "fleet_rows.j2"), encoding="utf-8") as handle:
+        template = report_html._environment().from_string(handle.read())
+    rows = [{"index": d["index"], "host": d["host"], "status": d["status"], "worst": d["row"]["worst"],
+             "worst_rank": report_html.severity_rank(d["row"]["worst"]) if d["row"]["worst"] else -1,
+             "counts": d["by_severity"], "waived": d["row"]["waived"], "failing": len(d["bad"]),
+             "errors": d["row"]["errors"], "probe": d["row"]["probe"], "section": d["section"],
+             "file": "hosts/" + report_html.urllib.parse.quote(reports.safe_name(d["host"]) + ".json")} for d in digests]
+    return template.render(rows=rows, severities_desc=list(reversed(report_html.SEVERITIES)))
+
+
+_COUNT = st.integers(0, 3)
+_DIGEST = st.fixed_dictionaries({
+    "index": st.integers(0, 20000), "host": _TEXT, "status": st.sampled_from(["audited", "unreachable"]) | _TEXT,
+    "section": st.booleans(), "bad": st.lists(st.just(("A", "high")), max_size=1),
+    "by_severity": st.fixed_dictionaries(dict((s, _COUNT) for s in report_html.SEVERITIES)),
+    "row": st.fixed_dictionaries({"worst": st.none() | st.sampled_from(report_html.SEVERITIES), "waived": _COUNT,
+                                  "errors": _COUNT, "probe": st.none() | _TEXT})})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_DIGEST, max_size=4))
+def test_the_fleet_table_is_the_text_the_template_wrote(digests):
+    """html.fleet_rows writes the fleet table's rows in Python (Jinja took 0.73 s for 10,000 rows,
+    this 0.14): the same text as the template it replaced, for hostile host names and statuses."""
+    assert report_html.fleet_rows(digests) == _rows_by_template(digests)
