@@ -137,101 +137,35 @@ def _compile(pred, catalog):
     """A predicate -> test(context, evidence, missing, issues) -> True/False/None.
 
     test records each fact it reads in evidence (path -> value, in reading order) and each fact
-    it could not read in missing. issues: the kernel-issue results of the host's kernel.
+    it could not read in missing. issues: the kernel-issue results of the host's kernel."""
+    if "all" in pred or "any" in pred:
+        # Three-valued: all is False if any part is False, any is True if any part is True; else
+        # None if a part is None (a fact missing), else the other value.
+        decisive = "any" in pred
+        subs = [_compile(sub, catalog) for sub in pred["any" if decisive else "all"]]
 
-    The predicate becomes one generated Python function (_Source): as nested closures, the calls
-    between them were most of a host's rule evaluation. The generated text holds only names
-    _Source makes up (v1, r2, c3...) and Python operators; every catalog value (fact paths,
-    expected values, the kernel tests) is a constant in the function's namespace, never text."""
-    source = _Source()
-    return source.function(source.predicate(pred, catalog))
-
-
-class _Source:
-    """The text and constants of one generated predicate function (see _compile)."""
-
-    def __init__(self):
-        self.lines, self.constants, self.variables = [], {}, 0
-
-    def constant(self, value):
-        name = "c%d" % len(self.constants)
-        self.constants[name] = value
-        return name
-
-    def variable(self, kind):
-        self.variables += 1
-        return "%s%d" % (kind, self.variables)
-
-    def function(self, result):
-        text = "def test(context, evidence, missing, issues):\n%s    return %s\n" % (
-            "".join("    %s\n" % line for line in self.lines), result)
-        namespace = dict(self.constants)
-        exec(compile(text, "<rule predicate>", "exec"), namespace)  # no catalog text in it (see _compile)
-        return namespace["test"]
-
-    def predicate(self, pred, catalog):
-        """Lines that evaluate pred; returns the name of the variable that holds its result."""
-        if "all" in pred or "any" in pred:
-            # Three-valued: all is False if any part is False, any is True if any part is True;
-            # else None if a part is None (a fact missing), else the other value. Every part is
-            # evaluated (no short cut): the evidence names every fact.
-            decisive = "any" in pred
-            parts = [self.predicate(sub, catalog) for sub in pred["any" if decisive else "all"]]
-            result = self.variable("r")
-            self.lines.append("%s = %s if (%s) else None if (%s) else %s" % (
-                result, decisive, " or ".join("%s is %s" % (part, decisive) for part in parts) or "False",
-                " or ".join("%s is None" % part for part in parts) or "False", not decisive))
+        def test_combined(context, evidence, missing, issues):
+            result = not decisive
+            for sub in subs:  # no short cut: the evidence names every fact
+                value = sub(context, evidence, missing, issues)
+                if value is decisive:
+                    result = decisive
+                elif value is None and result is not decisive:
+                    result = None
             return result
-        if "not" in pred:
-            inner = self.predicate(pred["not"], catalog)
-            result = self.variable("r")
-            self.lines.append("%s = None if %s is None else not %s" % (result, inner, inner))
-            return result
-        if "kernel_issue" in pred:
-            test = _compile_kernel_issue(pred["kernel_issue"], catalog.kernel_issues)
-        elif "kernel_records" in pred:
-            test = _compile_kernel_records(pred["kernel_records"], catalog.records)
-        else:
-            return self.fact(pred)
-        result = self.variable("r")
-        self.lines.append("%s = %s(context, evidence, missing, issues)" % (result, self.constant(test)))
-        return result
+        return test_combined
+    if "not" in pred:
+        inner = _compile(pred["not"], catalog)
 
-    def fact(self, pred):
-        """{fact: a.b, <op>: expected}. A fact that cannot be read is None: missing, and the
-        predicate is None too, except for present, which is about exactly that."""
-        path = pred["fact"]
-        first, *rest = path.split(".")
-        (op, expected), = [(k, v) for k, v in pred.items() if k != "fact"]
-        value, key, result = self.variable("v"), self.constant(path), self.variable("r")
-        lines = self.lines
-        lines.append("%s = context.get(%s)" % (value, self.constant(first)))  # a context is always a dict
-        for part in rest:
-            lines.append("{0} = {0}.get({1}) if isinstance({0}, dict) else None".format(value, self.constant(part)))
-        if path.startswith("opt."):  # /proc/fs/ext4/<dev>/options lists every option in effect: unlisted is off
-            lines += ["if %s is None and context.get('options_complete'):" % value, "    %s = False" % value]
-        lines.append("evidence[%s] = %s" % (key, value))
-        if op == "present":
-            lines += ["if %s in missing:  # read and missing elsewhere in this predicate: present settles it" % key,
-                      "    missing[:] = [m for m in missing if m != %s]" % key,
-                      "%s = %s is %sNone" % (result, value, "not " if expected else "")]
-            return result
-        lines += ["if %s is None:" % value, "    missing.append(%s)" % key, "    %s = None" % result,
-                  "else:", "    %s = %s" % (result, self.comparison(op, expected, value))]
-        return result
-
-    def comparison(self, op, expected, value):
-        """The expression that compares value with expected (see _comparison): a Python operator
-        where _comparison would only apply it, else a call of _comparison's function."""
-        if op == "contains":
-            return "%s in %s" % (self.constant(expected), value)
-        if op == "in":
-            return "%s in %s" % (value, self.constant(expected))
-        plain = "%s %s %s" % (value, _OPERATOR_SYMBOLS[op], self.constant(expected))
-        if _number(expected) is None and not (isinstance(expected, str) and _VERSION.match(expected)):
-            return plain  # a word: compared as it is
-        return "%s if %s.__class__ is bool else %s(%s)" % (  # (a boolean is never a number or version)
-            plain, value, self.constant(_comparison(op, expected)), value)
+        def test_not(context, evidence, missing, issues):
+            result = inner(context, evidence, missing, issues)
+            return None if result is None else not result
+        return test_not
+    if "kernel_issue" in pred:
+        return _compile_kernel_issue(pred["kernel_issue"], catalog.kernel_issues)
+    if "kernel_records" in pred:
+        return _compile_kernel_records(pred["kernel_records"], catalog.records)
+    return _compile_fact(pred)
 
 
 def _compile_kernel_issue(issue_id, kernel_issues):
@@ -303,6 +237,47 @@ def _judge_records(items, record_class, filesystems, in_use):
     return bool(exact), evidence, []
 
 
+def _compile_fact(pred):
+    """{fact: a.b, <op>: expected}. A fact that cannot be read is None: missing, and the
+    predicate is None too, except for present, which is about exactly that."""
+    path = pred["fact"]
+    first, *rest = path.split(".")
+    unlisted_is_off = path.startswith("opt.")  # see options_complete in filesystem_context
+    (op, expected), = [(k, v) for k, v in pred.items() if k != "fact"]
+
+    if len(rest) == 1 and not unlisted_is_off:  # most facts (sb.x, derived.x, ...): read without the loop
+        second = rest[0]
+
+        def read(context):
+            node = context.get(first)  # a context is always a dict
+            return node.get(second) if isinstance(node, dict) else None
+    else:
+        def read(context):
+            node = context.get(first)
+            for part in rest:
+                node = node.get(part) if isinstance(node, dict) else None
+            if node is None and unlisted_is_off and context.get("options_complete"):
+                node = False  # /proc/fs/ext4/<dev>/options lists every option in effect: unlisted is off
+            return node
+
+    if op == "present":
+        def test_present(context, evidence, missing, issues):
+            node = evidence[path] = read(context)
+            if path in missing:  # read and missing elsewhere in this predicate: present settles it
+                missing[:] = [m for m in missing if m != path]
+            return (node is not None) == bool(expected)
+        return test_present
+    compare = _comparison(op, expected)
+
+    def test_fact(context, evidence, missing, issues):
+        node = evidence[path] = read(context)
+        if node is None:
+            missing.append(path)
+            return None
+        return compare(node)
+    return test_fact
+
+
 def _number(value):
     try:
         return float(value) if "." in str(value) else int(value)
@@ -338,7 +313,6 @@ def _comparison(op, expected):
 
 _OPERATORS = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "lte": operator.le,
               "gt": operator.gt, "gte": operator.ge}
-_OPERATOR_SYMBOLS = {"eq": "==", "ne": "!=", "lt": "<", "lte": "<=", "gt": ">", "gte": ">="}  # _Source's
 
 
 class _Fields(dict):
