@@ -492,8 +492,8 @@ def write_page(out, summary, digests, write_sections, catalog=None, run_dir=None
     out.write(tail)
 
 
-def _pieces(summary, host_reports, catalog, run_dir):
-    """(digests, sections, found) for host reports held in memory (render, write)."""
+def _write_held(out, summary, host_reports, catalog, run_dir):
+    """write_page for host reports held in memory (render, write)."""
     policy = summary["policy"]
     compared = summary.get("baseline") is not None
     digests = []
@@ -509,7 +509,7 @@ def _pieces(summary, host_reports, catalog, run_dir):
     for report in host_reports:
         for finding in report["findings"]:
             found.setdefault(finding["rule"], finding)
-    return digests, sections, found
+    write_page(out, summary, digests, lambda page: page.writelines(sections), catalog, run_dir, found)
 
 
 def render(summary, host_reports, catalog=None, run_dir=None):
@@ -517,17 +517,15 @@ def render(summary, host_reports, catalog=None, run_dir=None):
     a rule missing from it shows what its findings carry). run_dir: where the raw probe records
     (for the d-span CDFs) and kernel_gate.json are, when there are any."""
     out = io.StringIO()
-    digests, sections, found = _pieces(summary, host_reports, catalog, run_dir)
-    write_page(out, summary, digests, lambda page: page.writelines(sections), catalog, run_dir, found)
+    _write_held(out, summary, host_reports, catalog, run_dir)
     return out.getvalue()
 
 
 def write(path, summary, host_reports, catalog=None, run_dir=None):
     """Write the page to `path` atomically, streamed (the report step itself goes through
     Writer, whose host sections are rendered in the step's workers)."""
-    digests, sections, found = _pieces(summary, host_reports, catalog, run_dir)
     with reports.atomic_file(path) as out:
-        write_page(out, summary, digests, lambda page: page.writelines(sections), catalog, run_dir, found)
+        _write_held(out, summary, host_reports, catalog, run_dir)
 
 
 class Writer(writers.Writer):

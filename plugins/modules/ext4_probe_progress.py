@@ -26,8 +26,8 @@ description:
     C(async_status) task is needed after the loop; the status file is then removed, as
     C(async_status) does with C(mode=cleanup) (each probe run would otherwise leave its result in
     the async directory).
-  - Changes nothing but the removal of the ended job's status file; reads at most 64 KiB of progress, and 4 KiB of the job file per call
-    while the job runs (32 MiB once it has ended).
+  - Changes nothing but the removal of the ended job's status file; reads at most 64 KiB of
+    progress, and 4 KiB of the job file per call while the job runs (32 MiB once it has ended).
 options:
   path:
     description: The probe's progress file (named in its job as C(progress_file)).
