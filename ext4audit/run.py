@@ -9,8 +9,9 @@ The exit code is then the one `ext4audit gate` gives (reports.EXIT_CODES): 0 pas
 A playbook that gates on nothing (ext4_audit_gate false) exits as ansible-playbook does, 0 or 2.
 
 `make audit` runs it as `python -m ext4audit.run`: the other commands' modules (numpy, the
-catalog...) are not imported, and the ones that read the verdict are imported while
-ansible-playbook runs (about 0.8 s of `make audit` on a 2-core machine).
+catalog...) are not imported before ansible-playbook starts; they are loaded while it runs, for
+the verdict and for the playbook's own `ext4audit` commands (the report step), which run in forks
+of this process (ext4audit/forkserver.py).
 """
 
 import json
@@ -20,6 +21,8 @@ import signal
 import subprocess
 import sys
 import tempfile
+
+from . import forkserver
 
 EXIT_FILE_VAR = "ext4_audit_exit_file"
 RECORD_MAX = 64 * 1024
@@ -71,8 +74,9 @@ def main(argv):
     with tempfile.TemporaryDirectory(prefix="ext4audit-run-") as private:  # mode 0700: only we write there
         exit_file = os.path.join(private, "verdict.json")
         command = [ansible_playbook()] + argv + ["-e", json.dumps({EXIT_FILE_VAR: exit_file})]
+        listener, server_path = forkserver.listen(private)
         try:
-            child = subprocess.Popen(command)
+            child = subprocess.Popen(command, env=dict(os.environ, **{forkserver.ENV: server_path}))
         except OSError as exc:
             print("ext4audit run: cannot start %s: %s" % (command[0], exc), file=sys.stderr)
             return ERROR
@@ -80,13 +84,8 @@ def main(argv):
         # to this process (a CI job cancelled) is passed on, and the run ends as Ansible ends it.
         previous = signal.signal(signal.SIGTERM, lambda signum, _frame: child.send_signal(signum))
         try:
-            while True:
-                try:
-                    from . import reports  # noqa: F401  # pylint: disable=import-outside-toplevel,unused-import  # while it runs
-                    ansible_rc = child.wait()
-                    break
-                except KeyboardInterrupt:
-                    continue  # ansible-playbook got it too; wait for it to stop
+            with listener:  # the playbook's `ext4audit` commands run in forks of this process
+                ansible_rc = forkserver.serve(listener, child)
         finally:
             signal.signal(signal.SIGTERM, previous)
         code, why = verdict_code(ansible_rc, exit_file)
