@@ -141,19 +141,23 @@ def _confirmation(report, entry):
 
 def confirmation_sentences(report):
     """One sentence per measured confirmation, those about the host's own configuration first,
-    then one per finding whose probe has no measurement at all."""
+    then one per finding whose probe has no measurement at all: with the reason, and "did not"
+    rather than "could not" when the probe skipped it (not the host's option set, no network
+    mount, the time budget)."""
     section = report["probe"]
-    entries = [e for e in section.get("confirmations") or [] if isinstance(e, dict) and _measured(e)]
+    listed = [e for e in section.get("confirmations") or [] if isinstance(e, dict)]
+    entries = [e for e in listed if _measured(e)]
     made = [_confirmation(report, entry) for entry in entries]
     out = [parts for parts, yours in made if yours] + [parts for parts, yours in made if not yours]
     measured_ids = set(e["id"] for e in entries)
+    skipped_ids = set(e.get("id") for e in listed if e.get("status") == "skipped")
     for finding in report.get("findings") or []:
         conf = finding.get("confirmation")
         if conf and conf.get("probe") not in measured_ids:
+            how = "did not measure it" if conf.get("probe") in skipped_ids else "could not measure it on this kernel"
             out.append([(finding["rule"], "code")] + ([(" on ", ""), (finding["mountpoint"], "host")]
                                                       if finding.get("mountpoint") else [])
-                       + [(": the probe could not measure it on this kernel: ", ""),
-                          (conf.get("reason") or "no reason given", "data"), (".", "")])
+                       + [(": the probe %s: " % how, ""), (conf.get("reason") or "no reason given", "data"), (".", "")])
     return out
 
 

@@ -19,6 +19,9 @@ FACTS_SCHEMA = "ext4-fleet-audit/facts/v1"  # library/ext4_facts.py, ext4_image_
 PROBE_RESULT_SCHEMA = "ext4-fleet-audit/probe-result/v1"  # the probe's OUT.json
 # The probe's confirmation probes (roles/chopper_probe/files/ext4_probe.py, Confirmations)
 CONFIRMATION_PROBES = ("rename_over_existing", "buffered_write_fsync", "xattr_set", "netfs_mkdir_existing")
+# Which of them the probe runs (the job's confirm_scope, chopper_probe_confirm_scope): `own`, those whose
+# risky option set the replica already uses; `all`, every one the job lists.
+CONFIRM_SCOPES = ("own", "all")
 EXT4_DRIVER_TYPES = ("ext4", "ext3", "ext2")  # all served by ext4.ko on modern kernels
 NETFS_TYPES = (
     "nfs", "nfs4", "cifs", "smb3", "smbfs", "afs", "9p", "ceph", "glusterfs",

@@ -218,6 +218,34 @@ def test_each_confirmation_probe_reports_a_ratio(tmp_path, sshfs_mount):
     assert not os.path.exists(scratch_dir)
 
 
+def test_confirm_scope_own_measures_only_the_replicas_option_sets(tmp_path):
+    """make_job's host mounts data=ordered, delalloc and auto_da_alloc: with the scope `own` the
+    rename confirmation is its configuration and is measured, buffered write + fsync (dioread_nolock,
+    nodelalloc) is skipped with the reason; with `all` it is measured. One repetition, no plan."""
+    scratch_dir = "/dev/shm/ext4-audit-probe-scope-%d" % os.getpid()
+    wanted = ["rename_over_existing", "buffered_write_fsync"]
+    result, stderr = run_probe(tmp_path, make_job(scratch_dir, confirmations=wanted, repetitions=1,
+                                                  confirm_scope="own"))
+    assert result["status"] == "ok", result["reason"]
+    rename, buffered = result["confirmations"]
+    assert (rename["id"], rename["status"], rename["repetitions"]) == ("rename_over_existing", "measured", 1), rename
+    assert rename["ratio"] > 0
+    assert buffered == {"id": "buffered_write_fsync", "seed": "001", "status": "skipped", "metric": None, "unit": "s",
+                        "mountpoint": None, "repetitions": 0, "ratio": None, "ratio_spread": None, "risky": None,
+                        "safe": None,
+                        "reason": "not your configuration: the replica of / does not use dioread_nolock,nodelalloc "
+                                  "(set chopper_probe_confirm_scope: all to measure it)"}
+    assert "confirmation buffered_write_fsync skipped: not your configuration (no dioread_nolock,nodelalloc)" in stderr
+    assert "confirmation rename_over_existing done" in stderr
+
+    result, _ = run_probe(tmp_path, make_job(scratch_dir, confirmations=["buffered_write_fsync"], repetitions=1,
+                                             confirm_scope="all"))
+    [buffered] = result["confirmations"]
+    assert buffered["status"] == "measured" and buffered["repetitions"] == 1 and buffered["ratio"] > 0, buffered
+    assert "nodelalloc" in buffered["risky"]["options"].split(",")
+    assert own_leftovers(scratch_dir) == {"mounts": [], "loops": [], "files": []}
+
+
 def own_leftovers(scratch_dir):
     mounts = [line.split()[4] for line in open("/proc/self/mountinfo") if line.split()[4].startswith(scratch_dir)]
     return {"mounts": mounts, "loops": probe.own_loop_devices(scratch_dir),

@@ -93,17 +93,27 @@ def test_32_run_sweep_fills_the_probe_section(loopfs, tmp_path, playbook):
 
 
 def test_named_option_set_replaces_the_hosts_options(loopfs, tmp_path):
+    """The named set is what the replica mounts, and what the default confirm scope (`own`) judges
+    the confirmations by: it has neither rename's delalloc nor buffered write's dioread_nolock."""
     target = loopfs.make("probed", size="1G")
     scratch_dir = "/dev/shm/ext4-audit-probe-pbset-%d" % os.getpid()
     rc, out = run_playbook(playbook_argv(tmp_path / "reports", scratch_dir, "-e", "chopper_probe_runs=8",
                                          "-e", "chopper_probe_mountpoint=%s" % target["mountpoint"],
-                                         "-e", '{"chopper_probe_confirmations": [], '
+                                         "-e", '{"chopper_probe_confirmations": ["rename_over_existing", '
+                                               '"buffered_write_fsync"], '
                                                '"chopper_probe_mount_options": ["data=ordered", "nodelalloc"]}'))
     assert rc == 0, out
     probe = latest_host_report(tmp_path / "reports")["probe"]
     assert probe["status"] == "ran" and probe["sweep"]["runs_completed"] == 8, probe
     assert probe["replica"]["mount_options"].split(",") == ["data=ordered", "nodelalloc", "noinit_itable"]
     assert any("given by the job" in a for a in probe["replica"]["adjustments"])
+    replica = "the replica of %s with the job's mount options" % target["mountpoint"]
+    assert [(c["id"], c["status"], c["reason"]) for c in probe["confirmations"]] == [
+        ("rename_over_existing", "skipped", "not the job's option set: %s does not use delalloc,auto_da_alloc (set "
+                                            "chopper_probe_confirm_scope: all to measure it)" % replica),
+        ("buffered_write_fsync", "skipped", "not the job's option set: %s does not use dioread_nolock (set "
+                                            "chopper_probe_confirm_scope: all to measure it)" % replica)]
+    assert "confirmation buffered_write_fsync skipped: not the job's option set (no dioread_nolock)" in out
 
 
 def ours(cmdline, scratch_dir):

@@ -106,6 +106,18 @@ def test_the_probe_result_may_carry_the_allocator_experiments():
         contract.check(record, contract.ProbeRecord, "probe file p.json")
 
 
+def test_the_probe_result_may_carry_a_confirmation_its_scope_skipped():
+    """chopper_probe_confirm_scope `own`: an entry without a measurement, shaped like a measured one."""
+    skipped = {"id": "buffered_write_fsync", "seed": "001", "status": "skipped", "metric": None, "unit": "s",
+               "mountpoint": None, "repetitions": 0, "ratio": None, "ratio_spread": None, "risky": None, "safe": None,
+               "reason": "not your configuration: the replica of / does not use nodelalloc (set "
+                         "chopper_probe_confirm_scope: all to measure it)"}
+    record = {"host": "db-1", "status": "ran", "result": {"schema": ext4_parsers.PROBE_RESULT_SCHEMA,
+                                                          "confirmations": [skipped]}}
+    contract.check(record, contract.ProbeRecord, "probe file p.json")
+    jsonschema.validate(record, _schema("probe-record.json"))
+
+
 # ------------------------------------------------------------------ one place for each constant
 def _role_spec(role, entry_point, option):
     return _yaml("roles", role, "meta", "argument_specs.yml")["argument_specs"][entry_point]["options"][option]
@@ -134,6 +146,20 @@ def test_the_confirmation_probes_are_the_probes():
     assert "PROBES = ext4_parsers.CONFIRMATION_PROBES" in probe_source
     assert "RESULT_SCHEMA = ext4_parsers.PROBE_RESULT_SCHEMA" in probe_source
     assert probe_source.count("ext4-fleet-audit/probe-result") == 0
+
+
+def test_the_confirm_scopes_are_the_probes():
+    """One list of scopes (ext4_parsers, shipped with the probe), the role's choices and default
+    from it, and the role sends the scope in every job."""
+    spec = _role_spec("chopper_probe", "main", "chopper_probe_confirm_scope")
+    assert tuple(spec["choices"]) == ext4_parsers.CONFIRM_SCOPES
+    assert spec["default"] == _yaml("roles", "chopper_probe", "defaults", "main.yml")["chopper_probe_confirm_scope"] \
+        == "own"
+    [start] = [task for block in _yaml("roles", "chopper_probe", "tasks", "run.yml") for task in block.get("block", [])
+               if "ext4audit.fleet.ext4_probe_run" in task]
+    assert start["ext4audit.fleet.ext4_probe_run"]["job"]["confirm_scope"] == "{{ chopper_probe_confirm_scope }}"
+    with open(os.path.join(ROOT, "roles", "chopper_probe", "files", "ext4_probe.py"), encoding="utf-8") as handle:
+        assert "CONFIRM_SCOPES = ext4_parsers.CONFIRM_SCOPES" in handle.read()
 
 
 def test_the_facts_modules_document_the_constants_they_use():

@@ -65,6 +65,26 @@ def test_confirmation_ratio_rise_fails_only_when_spreads_are_apart():
     assert overlap["verdict"] == "pass", overlap["reason"]
 
 
+def test_a_confirmation_the_probes_scope_skipped_is_not_compared():
+    """chopper_probe_confirm_scope `own` (the playbook sets `all`): a probe skipped on both sides
+    has no row; measured on one side only, its row says so and never fails."""
+    skipped = {"id": "buffered_write_fsync", "seed": "001", "status": "skipped", "mountpoint": None, "ratio": None,
+               "ratio_spread": None, "repetitions": 0, "risky": None, "safe": None,
+               "reason": "not your configuration: the replica of / does not use nodelalloc (set "
+                         "chopper_probe_confirm_scope: all to measure it)"}
+    both = kernel_gate.evaluate(side("a", record(BASE, [confirmation(2.0, [1.8, 2.2]), skipped])),
+                                side("b", record(BASE, [confirmation(2.0, [1.8, 2.2]), skipped])), PLAN)
+    assert both["verdict"] == "pass", both["reason"]
+    assert [row["probe"] for row in both["confirmations"]] == ["rename_over_existing"]
+    one = kernel_gate.evaluate(side("a", record(BASE, [skipped])),
+                               side("b", record(BASE, [confirmation(5.0, [4.5, 6.0], "buffered_write_fsync")])), PLAN)
+    assert one["verdict"] == "pass", one["reason"]
+    [row] = one["confirmations"]
+    assert (row["probe"], row["baseline"], row["candidate"]) == ("buffered_write_fsync", None, 5.0)
+    assert row["failed"] is False
+    assert row["detail"] == "measured on one side only"
+
+
 def test_new_finding_on_candidate_fails():
     finding = {"rule": "KERNEL_DIO_CORRUPTION_6_1_64", "severity": "critical", "mountpoint": None, "waived": False}
     gate = kernel_gate.evaluate(side("a", record(BASE)), side("b", record(BASE), [finding]), PLAN)

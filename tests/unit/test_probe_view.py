@@ -153,6 +153,43 @@ def test_findings_not_reproduced_or_not_measured_are_said_with_their_measurement
             "rename_over_existing error: mount failed.") in texts(report)
 
 
+def scope_skipped(probe_id, seed, missing, mountpoint="/mnt/data"):
+    """The entry the probe writes for a confirmation its scope `own` did not run."""
+    return {"id": probe_id, "seed": seed, "status": "skipped", "metric": None, "unit": "s", "mountpoint": None,
+            "repetitions": 0, "ratio": None, "ratio_spread": None, "risky": None, "safe": None,
+            "reason": "not your configuration: the replica of %s does not use %s (set chopper_probe_confirm_scope: "
+                      "all to measure it)" % (mountpoint, missing)}
+
+
+def test_a_confirmation_the_scope_skipped_is_no_sentence_and_its_finding_is_told_why():
+    """chopper_probe_confirm_scope `own`: no number for an option set the host does not use, so no
+    "for reference" sentence; a finding whose probe was skipped is never confirmed, and says why."""
+    report = load(SMALL_JOURNAL)
+    confirmations = report["probe"]["confirmations"]
+    [buffered] = [c for c in confirmations if c["id"] == "buffered_write_fsync"]
+    confirmations[confirmations.index(buffered)] = scope_skipped("buffered_write_fsync", "001", "nodelalloc")
+    said = texts(report)
+    assert not [s for s in said if "Buffered write" in s or "For reference" in s], said
+    assert said[0].startswith("Rename over an existing file: 2.2x slower")
+    # the same for a finding of the skipped probe, as confirm() records it
+    [rename] = [c for c in confirmations if c["id"] == "rename_over_existing"]
+    confirmations[confirmations.index(rename)] = scope_skipped("rename_over_existing", "000", "delalloc")
+    [finding] = [f for f in report["findings"] if f["rule"] == "EXT4_AUTO_DA_ALLOC_RENAME"]
+    finding.update(severity=finding["base_severity"], escalated_because=None)
+    probe.confirm([finding], dict(report["probe"], status="ran"), catalog_mod.load().by_id)
+    assert finding["confirmation"]["status"] == "not_measured" and finding["severity"] == "info"
+    reason = ("rename_over_existing skipped: not your configuration: the replica of /mnt/data does not use delalloc "
+              "(set chopper_probe_confirm_scope: all to measure it)")
+    assert finding["confirmation"]["reason"] == reason
+    assert "EXT4_AUTO_DA_ALLOC_RENAME on /mnt/data: the probe did not measure it: %s." % reason in texts(report)
+    assert not [s for s in texts(report) if "Confirms EXT4_AUTO_DA_ALLOC_RENAME" in s]
+    part = probe_part(page_of(report))  # the table gives the reason, and no verdict on the configuration
+    rows = dict((row[0], row) for row in Page(part[part.index('class="confirmations"'):]).rows[1:])
+    assert rows["buffered_write_fsync"][-2] == "skipped: " + scope_skipped("buffered_write_fsync", "001",
+                                                                             "nodelalloc")["reason"]
+    assert rows["buffered_write_fsync"][-1] == "-"
+
+
 def test_a_sync_mount_places_the_host_on_the_fsync_level():
     said = texts(load(NODELALLOC_SYNC))
     assert ("Your fsync pattern (fsync after every write: /mnt/data is mounted sync) is not in the tail region: 0% "

@@ -55,6 +55,7 @@ import ext4_parsers  # noqa: E402  (shipped beside this file)
 
 RESULT_SCHEMA = ext4_parsers.PROBE_RESULT_SCHEMA
 JOB_SCHEMA = "ext4-fleet-audit/probe-job/v1"
+CONFIRM_SCOPES = ext4_parsers.CONFIRM_SCOPES
 MARKER = ".ext4-audit-probe"  # a scratch directory without it is not ours: refuse to touch it
 EXIT_CODES = {"ok": 0, "partial": 0, "error": 1, "refused": 4}  # by result status; 2: bad job, 3: signal
 REFUSED_EXIT = EXIT_CODES["refused"]
@@ -1240,17 +1241,49 @@ class Confirmations:
 
     DISK = 4 << 30  # sparse; room for the 1 GiB journal of the xattr probe's safe side
     PROBES = ext4_parsers.CONFIRMATION_PROBES
+    SEEDS = {"rename_over_existing": "000", "buffered_write_fsync": "001", "netfs_mkdir_existing": "002",
+             "xattr_set": "003"}
+    # The options each probe's risky side mounts on top of the replica's; its safe side changes one
+    # of them. The scope `own` runs a probe only where the replica already has all of them in effect.
+    # None for the other two: xattr_set's risky side is the host's own journal and inode size, and
+    # netfs_mkdir_existing times the host's own network mounts.
+    RISKY_OPTIONS = {"rename_over_existing": ("data=ordered", "delalloc", "auto_da_alloc"),
+                     "buffered_write_fsync": ("dioread_nolock", "nodelalloc")}
 
-    def __init__(self, scratch, images, netfs, repetitions, deadline):
+    def __init__(self, scratch, images, netfs, repetitions, deadline, scope="all", mountpoint=None,
+                 named_options=False):
+        """scope: one of CONFIRM_SCOPES; mountpoint: the filesystem replicated; named_options: the
+        replica mounts the job's option set, not the host's (both for a skipped entry's reason)."""
         self.scratch, self.images = scratch, images
         self.netfs, self.repetitions, self.deadline = netfs, repetitions, deadline
+        self.scope = scope
+        # whose options the replica mounts, in words
+        self.configuration = "the job's option set" if named_options else "your configuration"
+        self.replica = "the replica of %s%s" % (mountpoint, " with the job's mount options" if named_options else "")
         self.options = images.options
 
-    def entry(self, probe_id, seed, metric, risky_label, risky_options, safe_label, safe_options):
-        return {"id": probe_id, "seed": seed, "status": "measured", "reason": None, "metric": metric,
+    def entry(self, probe_id, metric, risky_label, risky_options, safe_label, safe_options):
+        return {"id": probe_id, "seed": self.SEEDS[probe_id], "status": "measured", "reason": None, "metric": metric,
                 "unit": "s", "mountpoint": None, "repetitions": 0, "ratio": None, "ratio_spread": None,
                 "risky": {"label": risky_label, "options": ",".join(risky_options), "samples": []},
                 "safe": {"label": safe_label, "options": ",".join(safe_options), "samples": []}}
+
+    def skipped(self, probe_id, reason):
+        """A probe that measured nothing, with the keys of a measured entry."""
+        return {"id": probe_id, "seed": self.SEEDS[probe_id], "status": "skipped", "reason": reason, "metric": None,
+                "unit": "s", "mountpoint": None, "repetitions": 0, "ratio": None, "ratio_spread": None,
+                "risky": None, "safe": None}
+
+    def risky_options(self, probe_id):
+        return with_options(self.options, self.RISKY_OPTIONS[probe_id])
+
+    def not_in_effect(self, probe_id):
+        """The options probe_id's risky side adds that the replica does not have in effect
+        (compared as the kernel reads them: nodelalloc is delalloc off); [] for its own configuration."""
+        in_effect = ext4_parsers.mount_option_map(self.options)
+        return [option for option in self.RISKY_OPTIONS.get(probe_id, ())
+                if any(in_effect.get(name) != value
+                       for name, value in ext4_parsers.mount_option_map([option]).items())]
 
     def compare(self, entry, risky, safe, workload, pick=lambda v: v):
         """risky/safe: (mkfs dict, options); each repetition measures both on fresh copies."""
@@ -1293,18 +1326,19 @@ class Confirmations:
         return mkfs
 
     def rename_over_existing(self):
-        base = with_options(self.options, ["data=ordered", "delalloc"])
-        risky, safe = with_options(base, ["auto_da_alloc"]), with_options(base, ["noauto_da_alloc"])
-        entry = self.entry("rename_over_existing", "000", "rename(2) over a freshly written file, p50",
+        risky = self.risky_options("rename_over_existing")
+        safe = with_options(risky, ["noauto_da_alloc"])
+        entry = self.entry("rename_over_existing", "rename(2) over a freshly written file, p50",
                            "auto_da_alloc", risky, "noauto_da_alloc", safe)
         mkfs = self.journalled(entry)
         return self.compare(entry, (mkfs, risky), (mkfs, safe), rename_workload)
 
     def buffered_write_fsync(self):
-        risky = with_options(self.options, ["dioread_nolock", "nodelalloc"])
-        safe = with_options(self.options, ["dioread_nolock", "delalloc"])
-        entry = self.entry("buffered_write_fsync", "001", "16 MiB buffered write + fsync",
-                           "dioread_nolock,nodelalloc", risky, "dioread_nolock,delalloc", safe)
+        changed = self.RISKY_OPTIONS["buffered_write_fsync"]
+        risky = self.risky_options("buffered_write_fsync")
+        safe = with_options(risky, ["delalloc"])
+        entry = self.entry("buffered_write_fsync", "16 MiB buffered write + fsync", ",".join(changed), risky,
+                           ",".join(with_options(changed, ["delalloc"])), safe)
         mkfs = self.journalled(entry)
         return self.compare(entry, (mkfs, risky), (mkfs, safe), writeback_workload)
 
@@ -1314,7 +1348,7 @@ class Confirmations:
         label = "journal %s, inode %s" % (
             "%d MiB" % (host["journal_bytes"] // MiB) if host.get("journal_bytes") else "none",
             host.get("inode_size") or "mke2fs default")
-        entry = self.entry("xattr_set", "003", "setxattr latency, p99", label, self.options,
+        entry = self.entry("xattr_set", "setxattr latency, p99", label, self.options,
                            "journal 1024 MiB, inode 256", self.options)
         return self.compare(entry, (host, self.options), (safe, self.options), xattr_workload,
                             pick=lambda v: v["p99"])
@@ -1326,7 +1360,7 @@ class Confirmations:
         run_image = self.scratch.path("runs", "confirm.img")
         for netfs in self.netfs:
             path = netfs["mountpoint"]
-            entry = self.entry("netfs_mkdir_existing", "002", "mkdir(2) on an existing path, p50",
+            entry = self.entry("netfs_mkdir_existing", "mkdir(2) on an existing path, p50",
                                netfs.get("fstype") or "network filesystem", [], "local ext4", self.options)
             entry["mountpoint"] = path
             try:  # a full scratch is this entry's error, not the whole probe's
@@ -1352,10 +1386,7 @@ class Confirmations:
                     os.unlink(run_image)
             entries.append(entry)
         if not entries:
-            entries.append({"id": "netfs_mkdir_existing", "seed": "002", "status": "skipped",
-                            "reason": "no network filesystem is mounted on this host", "metric": None,
-                            "unit": "s", "mountpoint": None, "repetitions": 0, "ratio": None,
-                            "ratio_spread": None, "risky": None, "safe": None})
+            entries.append(self.skipped("netfs_mkdir_existing", "no network filesystem is mounted on this host"))
         return entries
 
     def run(self, wanted, progress):
@@ -1366,6 +1397,13 @@ class Confirmations:
                 continue
             if now() > self.deadline:
                 results.append({"id": probe_id, "status": "skipped", "reason": "time budget reached"})
+                continue
+            missing = ",".join(self.not_in_effect(probe_id)) if self.scope == "own" else ""
+            if missing:  # its number would be for reference only, and it costs the host time
+                reason = "not %s: %s does not use %s (set chopper_probe_confirm_scope: all to measure it)" % (
+                    self.configuration, self.replica, missing)
+                results.append(self.skipped(probe_id, reason))
+                progress("confirmation %s skipped: not %s (no %s)" % (probe_id, self.configuration, missing))
                 continue
             outcome = getattr(self, probe_id)()
             results.extend(outcome if isinstance(outcome, list) else [outcome])
@@ -1624,6 +1662,10 @@ def load_job(path):
         raise ProbeError("%s is not a %s document" % (path, JOB_SCHEMA))
     if not isinstance(job.get("filesystem"), dict) or "mountpoint" not in job["filesystem"]:
         raise ProbeError("the job names no filesystem to replicate")
+    job.setdefault("confirm_scope", "all")  # a job of an older controller: every confirmation it lists ran
+    if job["confirm_scope"] not in CONFIRM_SCOPES:
+        raise ProbeError("the job's confirm_scope is %s, not one of %s"
+                         % (json.dumps(job["confirm_scope"]), ", ".join(CONFIRM_SCOPES)))
     return job
 
 
@@ -1650,8 +1692,9 @@ def probe_with(result, scratch, images, job, mkfs, options, adjustments, started
         result["allocator"] = {"status": "skipped", "reason": "not asked for (the job's allocator is false)",
                                "issues": []}
     confirm_deadline = now() + float(job.get("confirm_budget_s", 30))
-    confirmations = Confirmations(scratch, images, job.get("netfs") or [],
-                                  int(job.get("repetitions", 5)), confirm_deadline)
+    confirmations = Confirmations(scratch, images, job.get("netfs") or [], int(job.get("repetitions", 5)),
+                                  confirm_deadline, job["confirm_scope"], job["filesystem"]["mountpoint"],
+                                  bool(job.get("mount_options")))
     result["confirmations"] = confirmations.run(job.get("confirmations") or [], progress)
 
 
