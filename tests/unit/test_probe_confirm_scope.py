@@ -159,3 +159,14 @@ def test_the_probe_exits_2_on_an_unknown_scope(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert 'cannot read the job: the job\'s confirm_scope is "everything", not one of own, all' in proc.stderr
     assert not out.exists()
+
+
+def test_a_probe_with_nothing_to_measure_says_skipped_and_why_not_done():
+    """No network mount: netfs_mkdir_existing's entry is skipped, and so is its progress line."""
+    scratch = types.SimpleNamespace(path=lambda *parts: "/nonexistent/" + "/".join(parts))
+    real = probe.Confirmations(scratch, types.SimpleNamespace(options=DEFAULTS), [], 1,
+                               float("inf"), "own", "/")
+    said = []
+    entries = real.run(["netfs_mkdir_existing"], said.append)
+    assert [e["status"] for e in entries] == ["skipped"]
+    assert said == ["confirmation netfs_mkdir_existing skipped: no network filesystem is mounted on this host"]

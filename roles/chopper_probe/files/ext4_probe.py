@@ -1406,8 +1406,10 @@ class Confirmations:
                 progress("confirmation %s skipped: not %s (no %s)" % (probe_id, self.configuration, missing))
                 continue
             outcome = getattr(self, probe_id)()
-            results.extend(outcome if isinstance(outcome, list) else [outcome])
-            progress("confirmation %s done" % probe_id)
+            outcome = outcome if isinstance(outcome, list) else [outcome]
+            results.extend(outcome)
+            skipped = [entry["reason"] for entry in outcome if entry["status"] == "skipped"]
+            progress("confirmation %s %s" % (probe_id, "skipped: " + skipped[0] if len(skipped) == len(outcome) else "done"))
         return results
 
 
