@@ -61,7 +61,9 @@ def audit_with_probe(loopfs, tmp_path):
     scratch_dir = "/dev/shm/ext4-audit-probe-html-%d" % os.getpid()
     extra = {"ext4_audit_reports_dir": str(reports_dir), "chopper_probe_mountpoint": target["mountpoint"],
              "chopper_probe_scratch_dir": scratch_dir, "chopper_probe_runs": 32, "chopper_probe_repetitions": 2,
-             "chopper_probe_poll_s": 1, "chopper_probe_keep_cache": False}
+             "chopper_probe_poll_s": 1, "chopper_probe_keep_cache": False,
+             # every confirmation, the host's own and the one only for reference (nodelalloc)
+             "chopper_probe_confirm_scope": "all"}
     rc, out = ansible_playbook("-i", str(inventory), "playbooks/audit.yml", "-e", json.dumps(extra))
     assert "verdict: incomplete" in out, out[-6000:]
     runs = [p for p in glob.glob(str(reports_dir / "*")) if not p.endswith("latest")]
