@@ -6,7 +6,7 @@
 Runs `ansible-playbook playbooks/audit.yml` (with --make-audit: the command line of the checkout's
 `make audit`, `ext4audit run -- playbooks/audit.yml`, with its own start and exit record) in each checkout given (default: this one; give
 several to alternate old and new code run by run), with that checkout's `ext4audit` package
-first on PYTHONPATH and its own probe scratch directory, under the shared heavy lock (per run, or --lock-held when the caller holds it). --cold removes the probe's scratch directory
+first on PYTHONPATH and its own .venv when it has one (else this checkout's) and its own probe scratch directory, under the shared heavy lock (per run, or --lock-held when the caller holds it). --cold removes the probe's scratch directory
 (its image cache) before each run. Prints one Markdown row per run: wall time, load average at
 the start, and the slowest tasks (bench/callback_plugins/task_timer.py). The audit's exit code
 is the gate's verdict (0 pass, 1 fail); anything else is an error.
@@ -40,12 +40,18 @@ def forget_cache(tree, locked):
         subprocess.run(locked + ["rm", "-rf", "--one-file-system", scratch_dir(tree)], check=True)
 
 
+def venv(tree):
+    """The checkout's own venv when it has one (its console scripts are its own code's), else this one's."""
+    own = os.path.join(tree, ".venv")
+    return own if os.path.exists(os.path.join(own, "bin", "python")) else os.path.join(ROOT, ".venv")
+
+
 def make_audit_command(tree):
-    """The command line of the checkout's `make audit` (its Makefile's recipe), with this venv, without
+    """The command line of the checkout's `make audit` (its Makefile's recipe), with its venv, without
     make itself (its setup step would check the venv against that checkout's requirements)."""
     with open(os.path.join(tree, "Makefile")) as handle:
         recipe = handle.read().split("\naudit:", 1)[1].split("\n\t", 1)[1].split("\n", 1)[0]
-    return shlex.split(recipe.replace("$(VENV)", os.path.join(ROOT, ".venv")).replace("$(ARGS)", ""))
+    return shlex.split(recipe.replace("$(VENV)", venv(tree)).replace("$(ARGS)", ""))
 
 
 def one(tree, cold, locked, make_audit):
@@ -59,7 +65,7 @@ def one(tree, cold, locked, make_audit):
     load = os.getloadavg()
     start = time.perf_counter()
     command = make_audit_command(tree) if make_audit else \
-        [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "playbooks/audit.yml"]
+        [os.path.join(venv(tree), "bin", "ansible-playbook"), "playbooks/audit.yml"]
     proc = subprocess.run(locked + command + ["-e", "chopper_probe_scratch_dir=" + scratch_dir(tree)],
                           cwd=tree, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, universal_newlines=True)
