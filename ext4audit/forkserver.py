@@ -9,9 +9,10 @@ server its arguments, working directory, environment and standard streams; the s
 child runs the command on those streams and the server sends back its exit code. Each command runs
 in a fresh fork, so one command's state never reaches another.
 
-Anything amiss is never a pass: a server that is not there, belongs to another installation of
-the package, or refuses the request means the command runs in its own process as usual; a
-server that goes away before it answers means exit 2 (could not run).
+Anything amiss is never a pass: a server that is not there, belongs to another user or another
+installation of the package, or has another umask (its modules fixed their file modes by its own)
+means the command runs in its own process as usual; a server that goes away before it answers
+means exit 2 (could not run).
 """
 
 import json
@@ -38,6 +39,14 @@ def package_dir():
     return os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
 
 
+def umask():
+    """This process's umask. Modules loaded in the server fixed their file modes by the server's
+    (reports.FILE_MODE), so a command with another umask is not served."""
+    mask = os.umask(0o022)  # reading it means setting it
+    os.umask(mask)
+    return mask
+
+
 # ------------------------------------------------------------------ the command's side
 def forward(argv):
     """Run `ext4audit ARGV` in the fork server named by EXT4AUDIT_FORKSERVER: its exit code, or None
@@ -46,7 +55,7 @@ def forward(argv):
     if not path or argv[:1] in ([], ["run"]):
         return None
     request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ),
-                          "package": package_dir()}).encode("utf-8")
+                          "package": package_dir(), "umask": umask()}).encode("utf-8")
     try:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     except OSError:
@@ -156,7 +165,7 @@ def _serve_one(listener):
             request, fds = _read_request(conn)
         except (OSError, ValueError):
             return
-        if uid != os.geteuid() or request.get("package") != package_dir():
+        if uid != os.geteuid() or request.get("package") != package_dir() or request.get("umask") != umask():
             for fd in fds:
                 os.close(fd)
             conn.sendall(REFUSED.encode("ascii"))

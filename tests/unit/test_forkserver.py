@@ -122,6 +122,13 @@ def test_another_installation_of_the_package_is_not_served(server, tmp_path):
     assert served == "not served"
 
 
+def test_a_command_with_another_umask_is_not_served(server):
+    """The server's modules fixed the reports' file mode by its umask (reports.FILE_MODE)."""
+    code, _out, _err, served = client(["rules"], server, prefix=["sh", "-c", 'umask 077; exec "$@"', "sh"])
+    assert served == "not served"
+    assert client(["rules"], server)[3] == "served"  # the same umask as the server's
+
+
 NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
 
 
