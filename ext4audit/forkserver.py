@@ -87,11 +87,16 @@ def forward(argv):
 
 # ------------------------------------------------------------------ the server's side
 def listen(directory):
-    """A listening socket in `directory` (private to this user): (socket, its path)."""
+    """A listening socket in `directory` (private to this user): (socket, its path), or (None, None)
+    when none can be made there (a path longer than AF_UNIX takes): the commands then start as usual."""
     path = os.path.join(directory, SOCKET_NAME)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    listener.bind(path)
-    listener.listen(8)
+    try:
+        listener.bind(path)
+        listener.listen(8)
+    except OSError:
+        listener.close()
+        return None, None
     return listener, path
 
 
@@ -196,16 +201,20 @@ def _serve_one(listener):
 
 def serve(listener, child):
     """Load PRELOAD and serve requests until the process `child` (ansible-playbook, a Popen) ends;
-    returns its exit code. A module that cannot be loaded is left to the command to load."""
-    pending = list(PRELOAD)
+    returns its exit code. A module that cannot be loaded is left to the command to load. Without
+    a listener (listen could not make one), only waits for `child`."""
+    pending = list(PRELOAD) if listener else []
     while True:
         try:
-            code = child.poll()
+            code = child.poll() if listener else child.wait()
             if code is not None:
                 return code
             ready = select.select([listener], [], [], 0 if pending else POLL_S)[0]
             if ready:
-                _serve_one(listener)
+                try:
+                    _serve_one(listener)
+                except Exception as exc:  # pylint: disable=broad-except  # its command exits 2; the run goes on
+                    print("ext4audit run: could not run a command of the playbook: %s" % exc, file=sys.stderr)
             elif pending:
                 try:
                     __import__(pending.pop(0))

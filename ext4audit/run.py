@@ -74,20 +74,24 @@ def main(argv):
     with tempfile.TemporaryDirectory(prefix="ext4audit-run-") as private:  # mode 0700: only we write there
         exit_file = os.path.join(private, "verdict.json")
         command = [ansible_playbook()] + argv + ["-e", json.dumps({EXIT_FILE_VAR: exit_file})]
+        # the playbook's `ext4audit` commands run in forks of this process (forkserver.py)
         listener, server_path = forkserver.listen(private)
         try:
-            child = subprocess.Popen(command, env=dict(os.environ, **{forkserver.ENV: server_path}))
+            child = subprocess.Popen(command, env=dict(os.environ, **({forkserver.ENV: server_path} if listener else {})))
         except OSError as exc:
             print("ext4audit run: cannot start %s: %s" % (command[0], exc), file=sys.stderr)
+            if listener:
+                listener.close()
             return ERROR
         # A terminal's Ctrl-C reaches ansible-playbook itself (same process group); a TERM sent
         # to this process (a CI job cancelled) is passed on, and the run ends as Ansible ends it.
         previous = signal.signal(signal.SIGTERM, lambda signum, _frame: child.send_signal(signum))
         try:
-            with listener:  # the playbook's `ext4audit` commands run in forks of this process
-                ansible_rc = forkserver.serve(listener, child)
+            ansible_rc = forkserver.serve(listener, child)
         finally:
             signal.signal(signal.SIGTERM, previous)
+            if listener:
+                listener.close()
         code, why = verdict_code(ansible_rc, exit_file)
     if why:
         print("ext4audit run: exit %d: %s" % (code, why), file=sys.stderr)

@@ -5,6 +5,7 @@ refuses, or ends without an answer never turns into a pass; another user cannot 
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -112,6 +113,55 @@ def test_a_server_that_ends_without_an_answer_is_an_error_never_a_pass(tmp_path)
     conn.close()  # gone before it answered: as a server killed mid-command
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 2 and "ended without an exit code" in err and out == ""
+
+
+def test_broken_requests_are_dropped_and_the_server_goes_on_serving(server):
+    """A peer that hangs up at once, sends no descriptors, a length past the limit, or a document
+    that is not a request: each is dropped; the next command is served as usual."""
+    for payload, fds in ((None, None), (struct.pack("!I", 2) + b"{}", None),
+                         (struct.pack("!I", forkserver.REQUEST_MAX + 1), [0, 1, 2]),
+                         (struct.pack("!I", 2) + b"[]", [0, 1, 2]), (struct.pack("!I", 9) + b"not json!", [0, 1, 2])):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as peer:
+            peer.connect(server)
+            if payload is not None:
+                if fds:
+                    socket.send_fds(peer, [payload], fds)
+                else:
+                    peer.sendall(payload)
+            peer.shutdown(socket.SHUT_WR)
+            try:
+                answer = peer.recv(64)
+            except ConnectionResetError:  # dropped with bytes of ours unread
+                answer = b""
+            assert answer == b""  # no exit code: nothing ran
+    code, out, _err, served = client(["rules"], server)
+    assert served == "served" and code == 0 and "| `EXT4_" in out
+
+
+def test_run_without_a_socket_runs_the_playbook_as_before(tmp_path):
+    """A temporary directory too deep for an AF_UNIX path: no server, the playbook's commands start
+    on their own, and the run ends with the playbook's code."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(textwrap.dedent("""
+        - hosts: localhost
+          gather_facts: false
+          tasks:
+            - name: An ext4audit command of the playbook
+              ansible.builtin.command:
+                argv: ["{{ ansible_playbook_python | dirname }}/ext4audit", "rules"]
+              register: rules
+              changed_when: false
+            - ansible.builtin.assert:
+                that: rules.stdout is search('EXT4_') and lookup('env', 'EXT4AUDIT_FORKSERVER') == ''
+    """))
+    env = dict(os.environ, TMPDIR=str(deep), ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
+    env.pop(forkserver.ENV, None)
+    result = run([PYTHON, "-m", "ext4audit.run", "--", str(playbook), "-i", "localhost,", "-c", "local",
+                  "-e", "ansible_python_interpreter=" + PYTHON], env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert forkserver.listen(str(deep)) == (None, None)
 
 
 def test_another_installation_of_the_package_is_not_served(server, tmp_path):
