@@ -56,6 +56,8 @@ def forward(argv):
         return None
     request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ),
                           "package": package_dir(), "umask": umask()}).encode("utf-8")
+    if len(request) > REQUEST_MAX:  # the server would drop it: run here
+        return None
     try:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     except OSError:

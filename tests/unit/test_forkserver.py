@@ -56,8 +56,8 @@ def server(tmp_path):
     assert proc.wait(timeout=30) == 0
 
 
-def client(argv, path, cwd=ROOT, prefix=(), pythonpath=ROOT):
-    env = dict(os.environ, PYTHONPATH=pythonpath, **{forkserver.ENV: path})
+def client(argv, path, cwd=ROOT, prefix=(), pythonpath=ROOT, extra_env=None):
+    env = dict(os.environ, PYTHONPATH=pythonpath, **{forkserver.ENV: path}, **(extra_env or {}))
     result = run([PYTHON, "-c", CLIENT] + argv, env, cwd=cwd, prefix=prefix)
     err, _, served = result.stderr[:-1].rpartition("\n")  # the client's own last line: served or not
     return result.returncode, result.stdout, err + "\n" if err else "", served
@@ -113,6 +113,13 @@ def test_a_server_that_ends_without_an_answer_is_an_error_never_a_pass(tmp_path)
     conn.close()  # gone before it answered: as a server killed mid-command
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 2 and "ended without an exit code" in err and out == ""
+
+
+def test_a_request_too_large_for_the_server_runs_in_the_callers_process(server):
+    """An environment past the server's limit would be dropped there (exit 2): it is not sent."""
+    huge = dict(("HUGE_%d" % i, "x" * 100000) for i in range(forkserver.REQUEST_MAX // 100000 + 1))  # 100 KB each
+    code, out, _err, served = client(["rules"], server, extra_env=huge)
+    assert served == "not served"  # forward() left it to the caller
 
 
 def test_broken_requests_are_dropped_and_the_server_goes_on_serving(server):
