@@ -12,3 +12,10 @@ SEVERITIES = ("info", "low", "medium", "high", "critical")
 def severity_rank(name):
     """info=0 .. critical=4; raises ValueError for an unknown name."""
     return SEVERITIES.index(name)
+
+
+def umask():
+    """This process's umask (reading it means setting it, briefly)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

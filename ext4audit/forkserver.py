@@ -23,6 +23,8 @@ import socket
 import struct
 import sys
 
+from . import umask
+
 ENV = "EXT4AUDIT_FORKSERVER"
 SOCKET_NAME = "forkserver.sock"
 REQUEST_MAX = 1 << 20  # arguments and environment: a few KB
@@ -39,14 +41,6 @@ def package_dir():
     return os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
 
 
-def umask():
-    """This process's umask. Modules loaded in the server fixed their file modes by the server's
-    (reports.FILE_MODE), so a command with another umask is not served."""
-    mask = os.umask(0o022)  # reading it means setting it
-    os.umask(mask)
-    return mask
-
-
 # ------------------------------------------------------------------ the command's side
 def forward(argv):
     """Run `ext4audit ARGV` in the fork server named by EXT4AUDIT_FORKSERVER: its exit code, or None
@@ -55,6 +49,7 @@ def forward(argv):
     if not path or argv[:1] in ([], ["run"]):
         return None
     request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ),
+                          # the server's loaded modules fixed their file modes by its umask (reports.FILE_MODE)
                           "package": package_dir(), "umask": umask()}).encode("utf-8")
     if len(request) > REQUEST_MAX:  # the server would drop it: run here
         return None

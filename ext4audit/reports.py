@@ -28,7 +28,7 @@ import threading
 
 import msgspec
 
-from . import SEVERITIES, contract, probe, severity_rank
+from . import SEVERITIES, contract, probe, severity_rank, umask
 
 HOST_SCHEMA = contract.HOST_REPORT_SCHEMA
 SUMMARY_SCHEMA = contract.SUMMARY_SCHEMA
@@ -47,15 +47,10 @@ def safe_name(host):
     return "_" + name if name.startswith(".") or not name else name
 
 
-def _umask():
-    mask = os.umask(0o022)  # reading the umask means setting it: done once, at import
-    os.umask(mask)
-    return mask
-
-
-# The mode open() gives a new file. mkstemp's 0600 would keep ext4audit.prom from node_exporter's
-# textfile collector (another user) and make the fleet files unlike the host reports beside them.
-FILE_MODE = 0o666 & ~_umask()
+# The mode open() gives a new file (the umask read once, at import). mkstemp's 0600 would keep
+# ext4audit.prom from node_exporter's textfile collector (another user) and make the fleet files
+# unlike the host reports beside them.
+FILE_MODE = 0o666 & ~umask()
 
 
 @contextlib.contextmanager

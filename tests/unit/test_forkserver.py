@@ -2,6 +2,7 @@
 the same output and exit code as a command run in its own process; a server that is not there,
 refuses, or ends without an answer never turns into a pass; another user cannot use it."""
 
+import contextlib
 import os
 import shutil
 import socket
@@ -44,16 +45,23 @@ def run(argv, env, cwd=ROOT, prefix=()):
                           universal_newlines=True, timeout=60)
 
 
-@pytest.fixture
-def server(tmp_path):
-    private = tmp_path / "private"
-    private.mkdir(mode=0o700)
-    proc = subprocess.Popen([PYTHON, "-c", SERVER, str(private)], cwd=ROOT, stdout=subprocess.PIPE,
+@contextlib.contextmanager
+def running_server(directory):
+    """A server listening in `directory`: its socket's path. It ends with its "playbook"."""
+    proc = subprocess.Popen([PYTHON, "-c", SERVER, str(directory)], cwd=ROOT, stdout=subprocess.PIPE,
                             universal_newlines=True, env=dict(os.environ, PYTHONPATH=ROOT))
     path, sleeper = proc.stdout.readline().split()
     yield path
     os.kill(int(sleeper), 15)
     assert proc.wait(timeout=30) == 0
+
+
+@pytest.fixture
+def server(tmp_path):
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    with running_server(private) as path:
+        yield path
 
 
 def client(argv, path, cwd=ROOT, prefix=(), pythonpath=ROOT, extra_env=None):
@@ -196,24 +204,13 @@ def test_another_user_cannot_have_a_command_run_by_the_server(tmp_path):
     public = tempfile.mkdtemp(prefix="forkserver-test-", dir="/tmp")
     try:
         os.chmod(public, 0o755)
-        proc = subprocess.Popen([PYTHON, "-c", SERVER, public], cwd=ROOT, stdout=subprocess.PIPE,
-                                universal_newlines=True, env=dict(os.environ, PYTHONPATH=ROOT))
-        path, sleeper = proc.stdout.readline().split()
-        os.chmod(path, 0o777)
-        env = dict(os.environ, PYTHONPATH=ROOT, **{forkserver.ENV: path})
-        result = run([PYTHON, "-c", CLIENT, "rules"], env, prefix=NOBODY)
-        assert result.stderr.rstrip("\n").rsplit("\n", 1)[-1] == "not served", result.stderr
+        with running_server(public) as path:
+            os.chmod(path, 0o777)
+            assert client(["rules"], path, prefix=NOBODY)[3] == "not served"
         private = tmp_path / "private"
         private.mkdir(mode=0o700)
         os.chmod(str(tmp_path), 0o755)
-        inner = subprocess.Popen([PYTHON, "-c", SERVER, str(private)], cwd=ROOT, stdout=subprocess.PIPE,
-                                 universal_newlines=True, env=dict(os.environ, PYTHONPATH=ROOT))
-        inner_path, inner_sleeper = inner.stdout.readline().split()
-        env = dict(os.environ, PYTHONPATH=ROOT, **{forkserver.ENV: inner_path})
-        result = run([PYTHON, "-c", CLIENT, "rules"], env, prefix=NOBODY)
-        assert result.stderr.rstrip("\n").rsplit("\n", 1)[-1] == "not served", result.stderr
-        for pid, server_proc in ((sleeper, proc), (inner_sleeper, inner)):
-            os.kill(int(pid), 15)
-            assert server_proc.wait(timeout=30) == 0
+        with running_server(private) as path:
+            assert client(["rules"], path, prefix=NOBODY)[3] == "not served"
     finally:
         shutil.rmtree(public)
