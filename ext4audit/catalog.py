@@ -35,6 +35,7 @@ NEEDS = {"id": "upper-case letters, digits and _ (e.g. SITE_DATA_NOATIME)", "tag
          "confirmation": "a mapping with exactly %s" % ", ".join(contract.field_names(contract.RuleConfirmation)[1]),
          "confirmed_at": "a ratio above 1 (risky cost / safe cost)"}  # any other field: text
 OPERATORS = ("eq", "ne", "lt", "lte", "gt", "gte", "in", "contains", "present")
+COMPARISONS = ("eq", "ne", "lt", "lte", "gt", "gte")  # the operators that may compare two facts
 COMBINATORS = ("all", "any", "not", "kernel_issue", "kernel_records")
 
 
@@ -238,6 +239,16 @@ def _check_predicate(rid, scope, pred, issues, record_classes):
     ops = [key for key in pred if key != "fact"]
     if len(ops) != 1 or ops[0] not in OPERATORS:
         raise CatalogError("rule %s: fact predicate %r needs exactly one of %s" % (rid, pred, OPERATORS))
-    if not isinstance(pred["fact"], str) or not fact_paths.known(scope, pred["fact"]):
+    _check_fact(rid, scope, pred["fact"])
+    value = pred[ops[0]]
+    if isinstance(value, dict):  # {fact: A, gte: {fact: B}}: compared with another fact
+        if set(value) != {"fact"} or ops[0] not in COMPARISONS:
+            raise CatalogError("rule %s: fact predicate %r: a fact is compared with another only by %s, written "
+                               "{fact: PATH}" % (rid, pred, ", ".join(COMPARISONS)))
+        _check_fact(rid, scope, value["fact"])
+
+
+def _check_fact(rid, scope, path):
+    if not isinstance(path, str) or not fact_paths.known(scope, path):
         raise CatalogError("rule %s: fact %r is not a fact a %s rule can read (roots: %s; see ext4audit/fact_paths.py)"
-                           % (rid, pred["fact"], scope, ", ".join(fact_paths.roots(scope))))
+                           % (rid, path, scope, ", ".join(fact_paths.roots(scope))))

@@ -102,11 +102,25 @@ class Mount(Struct):
     options: Optional[List[str]] = None
 
 
+Count = typing.Annotated[int, Meta(ge=0)]
+
+
+class Usage(Struct):
+    """statvfs(2) of a mounted filesystem (ext4_facts Collector.usage): live counts, in blocks of block_size."""
+    block_size: typing.Annotated[int, Meta(gt=0)]
+    blocks: Count
+    blocks_free: Count
+    blocks_avail: Count
+    inodes: Count
+    inodes_free: Count
+
+
 class Filesystem(Mount):
     """One mounted ext4 filesystem: its effective options and what was read about it."""
     device: Optional[str] = None
     options_source: Optional[str] = None
     superblock: Optional[Superblock] = None
+    usage: Optional[Usage] = None
     queue: Optional[Object] = None
     jbd2: Optional[Object] = None
     fstab: Optional[Object] = None
@@ -115,6 +129,13 @@ class Filesystem(Mount):
 
 class NetworkMount(Mount):
     """A network filesystem mount (ext4_parsers.NETFS_TYPES)."""
+    source: Optional[str] = None
+
+
+class OtherFilesystem(Struct):
+    """A local filesystem of another type (xfs, btrfs, an overlay root, ...): listed, not audited."""
+    mountpoint: str
+    fstype: str
     source: Optional[str] = None
 
 
@@ -130,6 +151,7 @@ class Facts(Struct):
     kernel: Kernel
     filesystems: List[Filesystem]
     netfs: List[NetworkMount]
+    not_audited: Optional[List[OtherFilesystem]] = None
     errors: Optional[List[ReadError]] = None
 
 
@@ -287,6 +309,7 @@ class Policy(Struct):
     rules_select: Optional[List[str]] = None
     rules_skip: Optional[List[str]] = None
     severity_overrides: Optional[Object] = None
+    capacity_limits: Optional[Dict[str, typing.Annotated[float, Meta(gt=0, le=1)]]] = None
 
 
 class ProbeSection(ProbeRun):
@@ -313,6 +336,7 @@ class HostReport(Struct):
     kernel: Optional[Kernel] = None
     filesystems: Optional[List[Filesystem]] = None
     netfs: Optional[List[NetworkMount]] = None
+    not_audited: Optional[List[OtherFilesystem]] = None
     undetermined: Optional[List[Object]] = None
     passed: Optional[List[Object]] = None
     expired_waivers: Optional[List[Object]] = None
@@ -349,6 +373,7 @@ class HostRow(Struct):
     errors: Optional[int] = None
     undetermined: Optional[int] = None
     unresolved: Optional[List[str]] = None
+    not_audited: Optional[List[str]] = None
     probe: Optional[str] = None
 
 

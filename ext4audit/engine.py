@@ -10,8 +10,9 @@ import functools
 import json
 import operator
 import re
+from typing import Dict, Optional, Tuple
 
-from . import kernel_records, severity_rank
+from . import kernel_records, policy, severity_rank
 from .parsers import ext4_parsers, kernel_version
 
 _VERSION = re.compile(r"^\d+\.\d+")
@@ -26,10 +27,46 @@ _DATABASE_DIRS = ("/var/lib/mysql", "/var/lib/mariadb", "/var/lib/postgresql", "
 _BLOCK_NUMBERS_32BIT = 2 ** 32  # without the 64bit feature, block numbers are 32 bits wide
 
 
-def filesystem_context(fs, facts, option_maps=None):
-    """The fact tree a filesystem-scope predicate sees (roots: opt sb queue jbd2 fs kernel derived).
-    option_maps: option list -> option_map(), shared by one host's filesystems, which mostly
-    have the same options (only read afterwards, so sharing is safe)."""
+# Where a filesystem's use was read: statvfs on a host (live), the superblock of a disk image
+# (exact there: nothing is mounted). A host's superblock counts are not used: the kernel writes
+# them back only at unmount, freeze or error, so they can be far from the truth either way.
+USE_SOURCES = ("statvfs", "superblock")
+
+
+def use_counts(fs: dict, facts: dict) -> Tuple[Optional[Dict[str, int]], Optional[str]]:
+    """(counts, source): a filesystem's block and inode counts in the shape of its `usage` (statvfs)
+    and where they come from (USE_SOURCES), or (None, None) when there are none to trust."""
+    usage = fs.get("usage")
+    if usage:
+        return usage, "statvfs"
+    sb = fs.get("superblock")
+    if facts.get("image") is None or not sb:
+        return None, None
+    free, reserved = sb.get("free_blocks"), sb.get("reserved_block_count")
+    return {"block_size": sb.get("block_size"), "blocks": sb.get("block_count"), "blocks_free": free,
+            "blocks_avail": None if free is None or reserved is None else max(free - reserved, 0),
+            "inodes": sb.get("inode_count"), "inodes_free": sb.get("free_inodes")}, "superblock"
+
+
+def _use_shares(counts: Optional[Dict[str, int]]) -> Tuple[Optional[float], Optional[float]]:
+    """(block use, inode use) of use_counts: blocks as df's Use% (used / (used + available to
+    users), so 100% is where unprivileged writers get ENOSPC), inodes as df -i's."""
+    if not counts:
+        return None, None
+    block_use = inode_use = None
+    blocks, free, avail = counts.get("blocks"), counts.get("blocks_free"), counts.get("blocks_avail")
+    if blocks and free is not None and avail is not None and blocks - free + avail > 0:
+        block_use = (blocks - free) / float(blocks - free + avail)
+    if counts.get("inodes") and counts.get("inodes_free") is not None:
+        inode_use = (counts["inodes"] - counts["inodes_free"]) / float(counts["inodes"])
+    return block_use, inode_use
+
+
+def filesystem_context(fs, facts, option_maps=None, limits=None):
+    """The fact tree a filesystem-scope predicate sees (roots: opt sb queue jbd2 fs kernel derived
+    limit). option_maps: option list -> option_map(), shared by one host's filesystems, which mostly
+    have the same options (only read afterwards, so sharing is safe). limits: the host's capacity
+    limits (policy.capacity_limits; None: policy.CAPACITY_LIMITS)."""
     options = fs.get("options") or []
     if option_maps is None:
         opt = ext4_parsers.option_map(options)
@@ -47,6 +84,8 @@ def filesystem_context(fs, facts, option_maps=None):
         "inode_use": None, "reserved_bytes": None, "growth_room_32bit": None, "missing_ext4_features": None,
         "database_volume": _under_any(fs.get("mountpoint"), _DATABASE_DIRS),
     }
+    counts, derived["use_source"] = use_counts(fs, facts)
+    derived["block_use"], derived["inode_use"] = _use_shares(counts)
     if sb:
         derived["journal_present"] = "has_journal" in sb["features"]
         default_blocks = ext4_parsers.e2fsprogs_default_journal_blocks(sb["block_count"] or 0)
@@ -57,8 +96,6 @@ def filesystem_context(fs, facts, option_maps=None):
         derived["mb_optimize_scan"] = ext4_parsers.default_mb_optimize_scan(sb)
         if sb.get("block_size") and kernel.get("page_size"):
             derived["block_smaller_than_page"] = sb["block_size"] < kernel["page_size"]
-        if sb.get("inode_count") and sb.get("free_inodes") is not None:
-            derived["inode_use"] = (sb["inode_count"] - sb["free_inodes"]) / float(sb["inode_count"])
         if sb.get("block_size") and sb.get("reserved_block_count") is not None:
             derived["reserved_bytes"] = sb["reserved_block_count"] * sb["block_size"]
         if sb.get("block_size") and sb.get("block_count"):
@@ -76,7 +113,8 @@ def filesystem_context(fs, facts, option_maps=None):
     elif sb:
         derived["stripe"] = sb.get("raid_stripe_width") or sb.get("raid_stride") or 0
     return {"opt": opt, "sb": sb, "queue": fs.get("queue"), "jbd2": fs.get("jbd2"), "fs": fs,
-            "kernel": kernel, "derived": derived, "options_complete": options_complete(fs)}
+            "kernel": kernel, "derived": derived, "limit": limits or policy.CAPACITY_LIMITS,
+            "options_complete": options_complete(fs)}
 
 
 def options_complete(fs):
@@ -241,24 +279,10 @@ def _compile_fact(pred):
     """{fact: a.b, <op>: expected}. A fact that cannot be read is None: missing, and the
     predicate is None too, except for present, which is about exactly that."""
     path = pred["fact"]
-    first, *rest = path.split(".")
-    unlisted_is_off = path.startswith("opt.")  # see options_complete in filesystem_context
     (op, expected), = [(k, v) for k, v in pred.items() if k != "fact"]
-
-    if len(rest) == 1 and not unlisted_is_off:  # most facts (sb.x, derived.x, ...): read without the loop
-        second = rest[0]
-
-        def read(context):
-            node = context.get(first)  # a context is always a dict
-            return node.get(second) if isinstance(node, dict) else None
-    else:
-        def read(context):
-            node = context.get(first)
-            for part in rest:
-                node = node.get(part) if isinstance(node, dict) else None
-            if node is None and unlisted_is_off and context.get("options_complete"):
-                node = False  # /proc/fs/ext4/<dev>/options lists every option in effect: unlisted is off
-            return node
+    read = _reader(path)
+    if isinstance(expected, dict):  # {fact: PATH}: compared with another fact (a limit of the host's policy)
+        return _compile_fact_against(path, read, op, expected["fact"])
 
     if op == "present":
         def test_present(context, evidence, missing, issues):
@@ -276,6 +300,43 @@ def _compile_fact(pred):
             return None
         return compare(node)
     return test_fact
+
+
+def _reader(path):
+    """read(context) -> the fact at path, or None."""
+    first, *rest = path.split(".")
+    unlisted_is_off = path.startswith("opt.")  # see options_complete in filesystem_context
+    if len(rest) == 1 and not unlisted_is_off:  # most facts (sb.x, derived.x, ...): read without the loop
+        second = rest[0]
+
+        def read(context):
+            node = context.get(first)  # a context is always a dict
+            return node.get(second) if isinstance(node, dict) else None
+        return read
+
+    def read_path(context):
+        node = context.get(first)
+        for part in rest:
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is None and unlisted_is_off and context.get("options_complete"):
+            node = False  # /proc/fs/ext4/<dev>/options lists every option in effect: unlisted is off
+        return node
+    return read_path
+
+
+def _compile_fact_against(path, read, op, other):
+    """{fact: A, OP: {fact: B}}: A compared with B, both read per target (B: a limit, which each
+    host's policy may set); both go into the evidence."""
+    read_other = _reader(other)
+
+    def test_against(context, evidence, missing, issues):
+        node = evidence[path] = read(context)
+        limit = evidence[other] = read_other(context)
+        missing.extend(p for p, value in ((path, node), (other, limit)) if value is None)
+        if node is None or limit is None:
+            return None
+        return _comparison(op, limit)(node)
+    return test_against
 
 
 def _number(value):
@@ -328,6 +389,17 @@ class _Fields(dict):
         self.opt = context.get("opt") or {}
         self.kernel = facts.get("kernel") or {}
         self.image = facts.get("image") or {}
+        self.limit = context.get("limit") or {}
+        self.facts = facts
+
+    @property
+    def counts(self):
+        return use_counts(self.fs, self.facts)[0] or {}
+
+    def gib(self, blocks):
+        """A block count of counts, in GiB."""
+        value, size = self.counts.get(blocks), self.counts.get("block_size")
+        return None if value is None or not size else "%.1f" % (value * size / 2.0 ** 30)
 
     def __missing__(self, name):
         value = _FIELDS[name](self)  # the catalog loader admits only MESSAGE_FIELDS
@@ -378,8 +450,16 @@ _FIELDS = {
                                             for e in f.image.get("fstab_unresolved") or []),
     "kernel_notes": lambda f: "; ".join(f.kernel.get("notes") or []),
     "state": lambda f: f.sb.get("state"), "error_count": lambda f: f.sb.get("error_count"),
-    "inode_count": lambda f: f.sb.get("inode_count"),
+    "inode_count": lambda f: f.counts.get("inodes"),
+    "inodes_free": lambda f: f.counts.get("inodes_free"),
     "inode_use_pct": lambda f: _percent(f.derived.get("inode_use")),
+    "block_use_pct": lambda f: _percent(f.derived.get("block_use")),
+    "avail_gib": lambda f: f.gib("blocks_avail"), "size_gib": lambda f: f.gib("blocks"),
+    "use_source": lambda f: _USE_SOURCE_TEXT.get(f.derived.get("use_source")),
+    "block_use_medium_pct": lambda f: _percent(f.limit.get("block_use_medium")),
+    "block_use_high_pct": lambda f: _percent(f.limit.get("block_use_high")),
+    "inode_use_medium_pct": lambda f: _percent(f.limit.get("inode_use_medium")),
+    "inode_use_high_pct": lambda f: _percent(f.limit.get("inode_use_high")),
     "missing_features": lambda f: " ".join(f.derived.get("missing_ext4_features") or []),
     "reserved_gib": lambda f: _gib(f.derived.get("reserved_bytes")),
     "size_tib": lambda f: _tib((f.sb.get("block_count") or 0) * (f.sb.get("block_size") or 0)),
@@ -388,6 +468,7 @@ _FIELDS = {
     "disk_kind": lambda f: (f.fs.get("queue") or {}).get("kind"),
     "disk": lambda f: (f.fs.get("queue") or {}).get("device"),
 }
+_USE_SOURCE_TEXT = {"statvfs": "live counts, statvfs", "superblock": "the image's superblock"}
 # Fields that depend on the rule, from its evidence: {kernel_records} lists the open records.
 _EVIDENCE_FIELDS = {"kernel_records": lambda evidence: kernel_records.describe(evidence.get("kernel_records") or [])}
 MESSAGE_FIELDS = frozenset(_FIELDS) | frozenset(_EVIDENCE_FIELDS)  # the placeholders a message may name (checked at catalog load)
@@ -408,14 +489,15 @@ def _evidence_fields_of(template):
     return tuple(name for name in _EVIDENCE_FIELDS if name in template)
 
 
-def evaluate_host(facts, catalog, skip=()):
+def evaluate_host(facts, catalog, skip=(), limits=None):
     """Return (findings, undetermined, passed) for one host's facts. skip: rule ids not to
-    evaluate (the host's policy lists them as skipped)."""
+    evaluate (the host's policy lists them as skipped); limits: its capacity limits
+    (policy.capacity_limits; None: the defaults)."""
     findings, undetermined, passed = [], [], []
     option_maps = {}
     targets = {
         "host": [(None, host_context(facts))],
-        "filesystem": [(fs, filesystem_context(fs, facts, option_maps)) for fs in facts.get("filesystems") or []],
+        "filesystem": [(fs, filesystem_context(fs, facts, option_maps, limits)) for fs in facts.get("filesystems") or []],
         "netfs": [(fs, {"fs": fs, "kernel": facts.get("kernel") or {}}) for fs in facts.get("netfs") or []],
     }
     # Computed once per host: each target's location and message fields; per kernel (kept in

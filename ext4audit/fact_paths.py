@@ -32,7 +32,7 @@ SUPERBLOCK = (
     "block_size", "block_count", "blocks_per_group", "inode_count", "inode_size", "features",
     "errors_behavior", "default_mount_options", "mount_options", "raid_stride", "raid_stripe_width",
     "journal_features", "journal_bytes", "journal_blocks", "fast_commit_blocks", "journal_device",
-    "state", "error_count", "free_inodes", "reserved_block_count", "e2fsprogs_fields",
+    "state", "error_count", "free_inodes", "free_blocks", "reserved_block_count", "e2fsprogs_fields",
 )
 # ext4_facts Collector.queue
 QUEUE = ("device", "rotational", "write_cache", "discard_max_bytes", "optimal_io_size", "model", "kind")
@@ -48,6 +48,9 @@ FILESYSTEM = (
     "device", "kernel_name", "major", "minor", "mountpoint", "fstype", "bind_mounts", "mount_options",
     "super_options", "superblock", "jbd2", "queue", "options", "options_source", "fstab", "fstab.spec",
     "fstab.fstype", "fstab.options", "fstab.line", "fstab_drift", "device_bytes",
+    # Collector.usage: statvfs of the mount point (live; null in a disk image's record)
+    "usage", "usage.block_size", "usage.blocks", "usage.blocks_free", "usage.blocks_avail", "usage.inodes",
+    "usage.inodes_free",
 )
 # What ext4_image_facts adds to a filesystem of a disk image (options_kernel: also ext4_facts'
 # inferred options, on kernels without /proc/fs/ext4/<dev>/options)
@@ -69,15 +72,19 @@ IMAGE_KERNEL = ("source",)
 DERIVED = (
     "journal_present", "journal_ratio", "journal_default_bytes", "mb_optimize_scan", "stripe",
     "block_smaller_than_page", "fstab_drift_count", "inode_use", "growth_room_32bit",
-    "missing_ext4_features", "reserved_bytes", "database_volume",
+    "missing_ext4_features", "reserved_bytes", "database_volume", "block_use", "use_source",
 )
+# The host's capacity limits (policy.CAPACITY_LIMITS, ext4_audit_capacity_limits): what a rule
+# compares a use with ({fact: derived.block_use, gte: {fact: limit.block_use_medium}})
+LIMIT = ("block_use_medium", "block_use_high", "inode_use_medium", "inode_use_high")
 # engine.host_context
 HOST = ("ext4_count", "netfs_count", "fstab_unresolved_count")
 
 # scope -> root -> keys: what a rule of that scope sees (the engine's contexts)
 BY_SCOPE = {
     "filesystem": {"opt": OPTIONS, "sb": SUPERBLOCK, "queue": QUEUE, "jbd2": JBD2,
-                   "fs": FILESYSTEM + IMAGE_FILESYSTEM, "kernel": KERNEL + IMAGE_KERNEL, "derived": DERIVED},
+                   "fs": FILESYSTEM + IMAGE_FILESYSTEM, "kernel": KERNEL + IMAGE_KERNEL, "derived": DERIVED,
+                   "limit": LIMIT},
     "netfs": {"fs": NETFS, "kernel": KERNEL + IMAGE_KERNEL},
     "host": {"kernel": KERNEL + IMAGE_KERNEL, "host": HOST},
 }

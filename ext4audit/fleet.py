@@ -67,19 +67,20 @@ def build_host_report(record, catalog, waivers, run_id, now, probes=None, plan=N
               "reason": record.get("reason"), "policy": policy,
               "skipped": [{"rule": rid, "title": catalog.by_id[rid]["title"], "reason": why}
                           for rid, why in skipped.items()],
-              "kernel": None, "filesystems": [], "netfs": [],
+              "kernel": None, "filesystems": [], "netfs": [], "not_audited": [],
               "findings": [], "undetermined": [], "passed": [], "expired_waivers": [], "errors": [],
               "probe": section}
     facts = record.get("facts")
     if report["status"] == "audited" and (not isinstance(facts, dict) or facts.get("schema") != FACTS_SCHEMA):
         report.update(status="failed", reason="facts from the host are missing or of an unknown schema")
     elif report["status"] == "audited":
-        findings, undetermined, passed = engine.evaluate_host(facts, catalog, skipped)
+        findings, undetermined, passed = engine.evaluate_host(facts, catalog, skipped, policy["capacity_limits"])
         if probes is not None:
             probe.confirm(findings, section, catalog.by_id)
         policy_mod.override(findings, policy["severity_overrides"])  # the site's word is the last
         expired = waivers_mod.apply(findings, waivers, host, report["groups"], now)
         report.update(kernel=facts["kernel"], filesystems=facts["filesystems"], netfs=facts["netfs"],
+                      not_audited=facts.get("not_audited") or [],
                       findings=findings, undetermined=undetermined, passed=passed,
                       expired_waivers=expired, errors=list(facts.get("errors") or []))
     if section and section["status"] in probe.FAILED:

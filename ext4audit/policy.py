@@ -10,6 +10,7 @@ can be stricter than the rest), are saved with the host's facts record
     ext4_audit_severity_overrides:                            # this site's severity, with its reason
       EXT4_INODE_128: {severity: high, reason: "our backups need 256-byte inodes"}
     ext4_audit_fail_on: medium                                # lowest unwaived severity that fails the host
+    ext4_audit_capacity_limits: {block_use_high: 0.99}        # the use at which a filesystem is nearly full
 
 A rule is named by its id, its kind (data-safety, performance, operability) or one of its tags.
 A name that is none of these is an error: a typo would otherwise select or skip nothing.
@@ -17,8 +18,15 @@ A name that is none of these is an error: a typo would otherwise select or skip 
 
 from . import SEVERITIES
 
-FIELDS = ("fail_on", "rules_select", "rules_skip", "severity_overrides")
+FIELDS = ("fail_on", "rules_select", "rules_skip", "severity_overrides", "capacity_limits")
 OVERRIDE_FIELDS = ("severity", "reason")
+# The share of blocks (df's Use%: used / (used + available to users)) and of inodes in use at which
+# EXT4_FS_NEARLY_FULL and EXT4_INODES_NEARLY_EXHAUSTED raise a medium finding, and a high one (which
+# fails the default gate). 0.90: Zabbix's Linux template calls a filesystem critical from 90% space
+# used ({$VFS.FS.PUSED.MAX.CRIT}) or under 10% inodes free ({$VFS.FS.INODE.PFREE.MIN.CRIT}); 0.97:
+# node_exporter's mixin pages (NodeFilesystemAlmostOutOfSpace, NodeFilesystemAlmostOutOfFiles,
+# critical) under 3% left. docs/variables.md has the sources; a site sets its own per host, any subset.
+CAPACITY_LIMITS = {"block_use_medium": 0.90, "block_use_high": 0.97, "inode_use_medium": 0.90, "inode_use_high": 0.97}
 
 
 class PolicyError(ValueError):
@@ -62,6 +70,7 @@ def make(doc, catalog, where, default_fail_on):
             raise PolicyError("%s: reason is required (text: why this site rates the rule so; it is shown in "
                               "every report)" % name)
         checked[rid] = {"severity": entry["severity"], "reason": entry["reason"].strip()}
+    limits = capacity_limits(doc.get("capacity_limits"), where)
     skipped = {}
     for rule in catalog.rules:
         names = by_rule[rule["id"]]
@@ -69,7 +78,30 @@ def make(doc, catalog, where, default_fail_on):
             skipped[rule["id"]] = "not selected by ext4_audit_rules_select"
         elif names & set(skip):
             skipped[rule["id"]] = "ext4_audit_rules_skip: %s" % ", ".join(sorted(names & set(skip)))
-    return {"fail_on": fail_on, "rules_select": select, "rules_skip": skip, "severity_overrides": checked}, skipped
+    return {"fail_on": fail_on, "rules_select": select, "rules_skip": skip, "severity_overrides": checked,
+            "capacity_limits": limits}, skipped
+
+
+def capacity_limits(value, where):
+    """CAPACITY_LIMITS with a host's own (ext4_audit_capacity_limits: any of its keys, each a share
+    above 0 and at most 1, a medium limit not above its high one)."""
+    name = "%s: ext4_audit_capacity_limits" % where
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise PolicyError("%s must map %s to shares of 1 (0.9 for 90%%), got %r" % (name, ", ".join(CAPACITY_LIMITS), value))
+    limits = dict(CAPACITY_LIMITS)
+    for key, share in value.items():
+        if key not in CAPACITY_LIMITS:
+            raise PolicyError("%s: %r is not one of %s" % (name, key, ", ".join(CAPACITY_LIMITS)))
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+            raise PolicyError("%s.%s must be a share above 0 and at most 1 (0.9 for 90%%), got %r" % (name, key, share))
+        limits[key] = share
+    for use in ("block_use", "inode_use"):
+        if limits[use + "_medium"] > limits[use + "_high"]:
+            raise PolicyError("%s: %s_medium (%s) is above %s_high (%s)" % (name, use, limits[use + "_medium"], use,
+                                                                         limits[use + "_high"]))
+    return limits
 
 
 def _names_by_rule(catalog):

@@ -28,6 +28,30 @@ NETFS_TYPES = (
     "lustre", "gpfs", "beegfs", "fuse.sshfs", "fuse.glusterfs", "fuse.cephfs",
     "fuse.s3fs", "fuse.gcsfuse", "fuse.rclone", "davfs", "fuse.davfs2",
 )
+# Local filesystems the audit does not check, listed as "not audited" so that none is silently
+# absent: any mounted from a block device (major number not 0), these whose device number is an
+# anonymous one (btrfs subvolumes, ZFS datasets, bcachefs), and whatever is mounted at /.
+ANONYMOUS_DEVICE_TYPES = ("btrfs", "zfs", "bcachefs")
+# Read-only images (snap packages, live media): nothing is written to them, nothing to audit.
+READ_ONLY_IMAGE_TYPES = ("squashfs", "iso9660", "erofs", "cramfs", "udf")
+
+
+def fstab_not_audited(entry):
+    """Is this fstab entry (of a disk image) a local filesystem the audit does not check? As
+    not_audited, with a device source standing in for the block device's major number."""
+    fstype = entry["fstype"]
+    if fstype in EXT4_DRIVER_TYPES + NETFS_TYPES + READ_ONLY_IMAGE_TYPES + ("auto", "swap", "none"):
+        return False
+    device = fstab_spec_target(entry["spec"])[0] is not None or entry["spec"].startswith("/dev/")
+    return entry["mountpoint"] == "/" or device or fstype in ANONYMOUS_DEVICE_TYPES
+
+
+def not_audited(mount, netfs_types):
+    """Is this mount one the audit lists as not audited (a local filesystem of another type)?"""
+    fstype = mount["fstype"]
+    if fstype in EXT4_DRIVER_TYPES or fstype in netfs_types or fstype in READ_ONLY_IMAGE_TYPES:
+        return False
+    return mount["mountpoint"] == "/" or mount["major"] != 0 or fstype in ANONYMOUS_DEVICE_TYPES
 
 # "noX" spellings that switch a default-on (or default-off) option; the value is the
 # option's canonical name.  `dioread_lock` is what kernels < 5.6 print, `nodioread_nolock`
@@ -269,6 +293,7 @@ def parse_dumpe2fs(text):
         "blocks_per_group": integer("Blocks per group"),
         "inode_count": integer("Inode count"),
         "free_inodes": integer("Free inodes"),
+        "free_blocks": integer("Free blocks"),
         "reserved_block_count": integer("Reserved block count"),
         "inode_size": integer("Inode size"),
         "features": [] if features == ["(none)"] else features,

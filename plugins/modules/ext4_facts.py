@@ -17,7 +17,8 @@ description:
   - Adds the per-mount and super options of C(/proc/self/mountinfo), the C(/etc/fstab) entry
     and its drift from what is in effect, superblock facts from C(dumpe2fs -h), live journal
     statistics from C(/proc/fs/jbd2), and the backing device's queue facts.
-  - Lists network filesystem mounts too.
+  - Reads each filesystem's live block and inode use with C(statvfs) on its mount point.
+  - Lists network filesystem mounts too, and the local filesystems of other types it does not audit.
   - Never changes anything. Anything it cannot read becomes an entry in C(errors) with the
     reason; the module itself only fails on a bug.
 options:
@@ -212,7 +213,10 @@ ext4_facts:
               description: Inodes.
               type: int
             free_inodes:
-              description: Free inodes.
+              description: Free inodes as the superblock last recorded them (written back at unmount, freeze or error; RV(ext4_facts.filesystems[].usage) has the live count).
+              type: int
+            free_blocks:
+              description: Free blocks as the superblock last recorded them (like free_inodes, not live).
               type: int
             reserved_block_count:
               description: Blocks reserved for root.
@@ -266,6 +270,32 @@ ext4_facts:
             e2fsprogs_fields:
               description: Which journal field names this e2fsprogs version printed (total or legacy; they changed across versions).
               type: str
+        usage:
+          description: >-
+            Live block and inode counts of C(statvfs) on the mount point (what C(df) and C(df -i) show), or null
+            (not readable, see errors; a mount point below a network mount or covered by a later mount is not asked).
+          returned: always
+          type: dict
+          contains:
+            block_size:
+              description: The unit of the block counts, in bytes (C(f_frsize)).
+              type: int
+              sample: 4096
+            blocks:
+              description: Blocks of the filesystem (C(f_blocks)).
+              type: int
+            blocks_free:
+              description: Free blocks, the reserved ones included (C(f_bfree)).
+              type: int
+            blocks_avail:
+              description: Blocks free for unprivileged users (C(f_bavail)); 0 means they get ENOSPC.
+              type: int
+            inodes:
+              description: Inodes of the filesystem (C(f_files)).
+              type: int
+            inodes_free:
+              description: Free inodes (C(f_ffree)).
+              type: int
         jbd2:
           description: Live journal statistics of C(/proc/fs/jbd2/<dev>-8/info) (numbers, units in the key names), or null.
           returned: always
@@ -389,6 +419,25 @@ ext4_facts:
           description: Per-mount and super options.
           type: list
           elements: str
+    not_audited:
+      description: >-
+        Local filesystems of other types that the audit does not check (xfs, btrfs, vfat, an overlay or tmpfs
+        root, ...): block-device-backed ones, btrfs, ZFS and bcachefs, and whatever is mounted at C(/); not
+        pseudo filesystems (proc, sysfs, cgroup, tmpfs elsewhere) nor read-only images (squashfs, iso9660).
+      returned: always
+      type: list
+      elements: dict
+      contains:
+        mountpoint:
+          description: Where it is mounted.
+          type: str
+        fstype:
+          description: Its type.
+          type: str
+          sample: xfs
+        source:
+          description: The mount source.
+          type: str
     errors:
       description: What could not be read, with the reason.
       returned: always
@@ -410,12 +459,17 @@ import stat
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers import (
     EXT4_DRIVER_TYPES, FACTS_SCHEMA, NETFS_TYPES, ParseError, fstab_drift, infer_options, option_map, parse_dumpe2fs,
-    parse_ext4_options, parse_fstab, parse_jbd2_info, parse_mountinfo, parse_os_release, volume_kind,
+    not_audited, parse_ext4_options, parse_fstab, parse_jbd2_info, parse_mountinfo, parse_os_release, volume_kind,
 )
 from ansible_collections.ext4audit.fleet.plugins.module_utils.kernel_version import identify, options_kernel
 
 
 SYSFS_READ_LIMIT = 4096  # a sysfs attribute is at most a page
+
+
+def _covers(mountpoint, path):
+    """Is path at mountpoint or below it?"""
+    return path == mountpoint or path.startswith(mountpoint.rstrip("/") + "/")
 
 
 def read_text(path, limit=-1):
@@ -474,7 +528,7 @@ class Collector:
             self.error("mountinfo", str(exc))
             mounts = []
         fstab = self.fstab()
-        filesystems, netfs, seen = [], [], {}
+        filesystems, netfs, others, seen, seen_others = [], [], [], {}, set()
         for mount in mounts:
             if mount["fstype"] in self.params["netfs_types"]:
                 netfs.append({"mountpoint": mount["mountpoint"], "fstype": mount["fstype"],
@@ -487,13 +541,55 @@ class Collector:
                 else:
                     seen[key] = self.filesystem(mount, fstab)
                     filesystems.append(seen[key])
+            elif not_audited(mount, self.params["netfs_types"]):
+                key = (mount["major"], mount["minor"], mount["fstype"])
+                if key not in seen_others:  # a bind mount of one already listed is not listed again
+                    seen_others.add(key)
+                    others.append({"mountpoint": mount["mountpoint"], "fstype": mount["fstype"],
+                                   "source": mount["source"]})
+        for fs in filesystems:
+            fs["usage"] = self.usage(fs, mounts)
         return {
             "schema": FACTS_SCHEMA,
             "kernel": self.kernel_facts,
             "filesystems": filesystems,
             "netfs": netfs,
+            "not_audited": others,
             "errors": self.errors,
         }
+
+    def usage(self, fs, mounts):
+        """Live block and inode counts of statvfs(2) (what df and df -i show; the superblock's
+        free counts are written back only at unmount, freeze or error), or None (recorded).
+
+        statvfs walks the mount point's path and asks whatever filesystem is mounted there: only
+        a path of this filesystem that no later mount covers, and none below a network mount
+        (a hung server would block the walk), is asked; and the path's device is checked first."""
+        where = "filesystem %s" % fs["mountpoint"]
+        device = os.makedev(fs["major"], fs["minor"])
+        reasons = []
+        for path in [fs["mountpoint"]] + fs["bind_mounts"]:
+            mine = [i for i, m in enumerate(mounts) if m["mountpoint"] == path and (m["major"], m["minor"]) == (
+                fs["major"], fs["minor"])]
+            above = [m for m in mounts[mine[-1] + 1:] if _covers(m["mountpoint"], path)]
+            network = [m for m in mounts if m["fstype"] in self.params["netfs_types"] and _covers(m["mountpoint"], path)
+                       and m["mountpoint"] != path]
+            if above or network:
+                reasons.append("%s is below %s mount %s" % (path, "a network" if network else "a later",
+                                                             (network or above)[0]["mountpoint"]))
+                continue
+            try:
+                if os.stat(path).st_dev != device:
+                    reasons.append("%s is not on this filesystem's device" % path)
+                    continue
+                st = os.statvfs(path)
+            except OSError as exc:
+                reasons.append("statvfs %s: %s" % (path, exc.strerror or exc))
+                continue
+            return {"block_size": st.f_frsize, "blocks": st.f_blocks, "blocks_free": st.f_bfree,
+                    "blocks_avail": st.f_bavail, "inodes": st.f_files, "inodes_free": st.f_ffree}
+        self.error(where, "no live use read: " + "; ".join(reasons))
+        return None
 
     def fstab(self):
         path = self.params["fstab_path"]

@@ -248,7 +248,10 @@ ext4_image_facts:
               description: Inodes.
               type: int
             free_inodes:
-              description: Free inodes.
+              description: Free inodes (exact in an image, which is not mounted).
+              type: int
+            free_blocks:
+              description: Free blocks (exact in an image, which is not mounted).
               type: int
             reserved_block_count:
               description: Blocks reserved for root.
@@ -308,6 +311,10 @@ ext4_image_facts:
           type: dict
         queue:
           description: Always null (no block device queue).
+          returned: always
+          type: dict
+        usage:
+          description: Always null (no live counts offline; the superblock's free counts are exact in an image).
           returned: always
           type: dict
         fstab:
@@ -394,6 +401,21 @@ ext4_image_facts:
           description: The fstab options.
           type: list
           elements: str
+    not_audited:
+      description: Local filesystems of other types in the image's fstab (xfs, btrfs, vfat, ...), which the audit does not check.
+      returned: always
+      type: list
+      elements: dict
+      contains:
+        mountpoint:
+          description: Where it would be mounted.
+          type: str
+        fstype:
+          description: Its type.
+          type: str
+        source:
+          description: The fstab source.
+          type: str
     errors:
       description: What could not be read, with the reason.
       returned: always
@@ -592,8 +614,8 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers import (
     EXT4_DRIVER_TYPES, FACTS_SCHEMA, NETFS_TYPES, ParseError, ext_fstype, fstab_drift, fstab_mount_tokens, fstab_spec_target,
-    has_ext_magic, infer_options, option_map, parse_bzimage_version, parse_debugfs_fast_link, parse_debugfs_ls,
-    parse_dumpe2fs, parse_dumpe2fs_identity, parse_fstab, parse_grub_first_kernel, parse_os_release,
+    fstab_not_audited, has_ext_magic, infer_options, option_map, parse_bzimage_version, parse_debugfs_fast_link,
+    parse_debugfs_ls, parse_dumpe2fs, parse_dumpe2fs_identity, parse_fstab, parse_grub_first_kernel, parse_os_release,
     parse_partition_table, plain_image_path, release_sort_key,
 )
 from ansible_collections.ext4audit.fleet.plugins.module_utils.kernel_version import identify, options_kernel
@@ -713,7 +735,7 @@ class ImageReader:
 
     # ------------------------------------------------------------ the whole image
     def collect(self):
-        facts = {"schema": FACTS_SCHEMA, "kernel": None, "filesystems": [], "netfs": [],
+        facts = {"schema": FACTS_SCHEMA, "kernel": None, "filesystems": [], "netfs": [], "not_audited": [],
                  "errors": self.errors,
                  "image": {"path": self.params["image"], "format": None, "size": None, "partition_table": None,
                            "disk_id": None, "partitions": [], "root": None, "os_release": None, "kernels": [],
@@ -922,6 +944,10 @@ class ImageReader:
                 facts["netfs"].append({"mountpoint": entry["mountpoint"], "fstype": entry["fstype"],
                                        "source": entry["spec"], "options": entry["options"]})
                 continue
+            if fstab_not_audited(entry):
+                facts["not_audited"].append({"mountpoint": entry["mountpoint"], "fstype": entry["fstype"],
+                                             "source": entry["spec"]})
+                continue
             if entry["fstype"] not in EXT4_DRIVER_TYPES + ("auto",):
                 continue
             part = self.match(entry["spec"], table["partitions"], root)
@@ -946,7 +972,7 @@ class ImageReader:
             "device": device, "kernel_name": None, "major": None, "minor": None,
             "mountpoint": mountpoint, "fstype": fstype,
             "bind_mounts": [], "mount_options": [], "super_options": tokens,
-            "superblock": fs["superblock"], "jbd2": None, "queue": None,
+            "superblock": fs["superblock"], "jbd2": None, "queue": None, "usage": None,  # offline: no statvfs
             "options": infer_options(fs["superblock"], tokens, inferred_for["upstream"], fstype),
             "options_source": "inferred", "options_kernel": inferred_for,
             "fstab": None, "fstab_drift": [],

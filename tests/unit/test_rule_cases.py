@@ -52,6 +52,7 @@ FIELDS = {
     "filesystem": _fields(_FILESYSTEM), "filesystem.superblock": frozenset(fact_paths.SUPERBLOCK),
     "filesystem.queue": frozenset(fact_paths.QUEUE), "filesystem.jbd2": frozenset(fact_paths.JBD2),
     "filesystem.fstab": _fields(_FILESYSTEM, "fstab."), "filesystem.fsck": _fields(_FILESYSTEM, "fsck."),
+    "filesystem.usage": _fields(_FILESYSTEM, "usage."),
     "filesystem.options_kernel": _fields(_FILESYSTEM, "options_kernel."),
     "netfs": frozenset(fact_paths.NETFS), "image": frozenset({"fstab_unresolved"}),
 }
