@@ -356,7 +356,7 @@ def main(argv=None):
     p.add_argument("--waivers", help="waiver file (YAML); a missing file means none")
     p.add_argument("--policies", type=_policies, default={}, metavar="JSON",
                    help='hosts\' policies to check: {"HOST": {"fail_on": ..., "rules_select": [...], '
-                        '"rules_skip": [...], "severity_overrides": {...}}, ...}')
+                        '"rules_skip": [...], "severity_overrides": {...}, "capacity_limits": {...}}, ...}')
     p.add_argument("--rules-dir", default=catalog_mod.RULES_DIR, help=argparse.SUPPRESS)
     _add_formats(p)
     _site_rules_option(p)

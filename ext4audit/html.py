@@ -359,6 +359,10 @@ class Sections:
             out.append("<h3>Network filesystems (%d)</h3>\n<ul>%s</ul>\n" % (len(report["netfs"]), "".join(
                 '<li><code class="host-data">%s</code>: %s from <code class="host-data">%s</code></li>'
                 % (shown(n, "mountpoint"), shown(n, "fstype"), shown(n, "source")) for n in report["netfs"])))
+        if report.get("not_audited"):
+            out.append("<h3>Not audited (%d)</h3>\n<ul>%s</ul>\n" % (len(report["not_audited"]), "".join(
+                '<li>not audited: %s at <code class="host-data">%s</code> from <code class="host-data">%s</code></li>'
+                % (shown(n, "fstype"), shown(n, "mountpoint"), shown(n, "source")) for n in report["not_audited"])))
         out.append("\n")
         section = report.get("probe")
         if section:

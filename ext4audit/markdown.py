@@ -64,6 +64,7 @@ def document(summary, host_reports):
                                                                if item["mountpoint"] else "", md(", ".join(item["missing"]))))
         for error in report.get("errors") or []:
             lines.append("- could not read (%s): %s" % (md(error["where"]), md(error["reason"])))
+        lines += ["- not audited: %s" % md(line) for line in reports.not_audited_lines(report)]
         if report.get("probe"):
             lines += _probe_lines(report)
         lines.append("")

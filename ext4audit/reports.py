@@ -296,6 +296,11 @@ def unresolved(undetermined, errors):
         ["... %d more (host report)" % (len(lines) - UNRESOLVED_NAMED)] if len(lines) > UNRESOLVED_NAMED else [])
 
 
+def not_audited_lines(report: dict) -> list:
+    """'TYPE at MOUNTPOINT' for each local filesystem of the host that the audit does not check."""
+    return ["%s at %s" % (item.get("fstype"), item.get("mountpoint")) for item in report.get("not_audited") or []]
+
+
 def digest(report, fail_on, fail_on_new=False, compared=False):
     """What the fleet files need from one host report, in a few hundred bytes: the report step
     keeps this for every host and no host's full report (fleet.py). compared: the findings carry
@@ -326,6 +331,7 @@ def digest(report, fail_on, fail_on_new=False, compared=False):
                 "findings": len(unwaived),
                 "failing": len(failing_), "new": new, "waived": len(findings) - len(unwaived), "errors": len(errors),
                 "undetermined": len(undetermined), "unresolved": unresolved(undetermined, errors),
+                "not_audited": not_audited_lines(report),
                 "probe": (section or {}).get("status")},
         "by_severity": by_severity, "by_rule": by_rule, "metrics": sorted(metrics.items()),
         "undetermined": len(undetermined),

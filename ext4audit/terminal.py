@@ -14,8 +14,8 @@ def tty(value):
 
 def table(summary, limit=TABLE_ROWS):
     """The end-of-run table (host, worst severity, findings, undetermined rules, read errors, probe
-    status), hosts not audited and the worst first, the undetermined rules and read errors named
-    under it, then the baseline line and the verdict line. The verdict line is always last (the
+    status), hosts not audited and the worst first, the undetermined rules, read errors and local
+    filesystems of other types ("not audited: xfs at /srv") named under it, then the baseline line and the verdict line. The verdict line is always last (the
     playbook's failure message is that line)."""
     hosts = sorted(summary["hosts"], key=reports.attention_order)
     rows = [("host", "worst", "findings", "undetermined", "read errors", "probe")]
@@ -31,6 +31,7 @@ def table(summary, limit=TABLE_ROWS):
         rows.append((h["host"], h["worst"] or "-", "%d%s" % (h["findings"], " (%s)" % ", ".join(notes) if notes else ""))
                     + counts + (h.get("probe") or "-",))
         named += ["  %s: %s" % (tty(h["host"]), tty(line)) for line in h.get("unresolved") or []]
+        named += ["  %s: not audited: %s" % (tty(h["host"]), tty(line)) for line in h.get("not_audited") or []]
     cells = [[tty(cell)[:40] for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(rows[0]))]
     out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in cells] + named
