@@ -40,7 +40,8 @@ def fstab_not_audited(entry):
     """Is this fstab entry (of a disk image) a local filesystem the audit does not check? As
     not_audited, with a device source standing in for the block device's major number."""
     fstype = entry["fstype"]
-    if fstype in EXT4_DRIVER_TYPES + NETFS_TYPES + READ_ONLY_IMAGE_TYPES + ("auto", "swap", "none"):
+    if fstype in EXT4_DRIVER_TYPES + NETFS_TYPES + ("auto", "swap", "none") or \
+            all(kind in READ_ONLY_IMAGE_TYPES for kind in fstype.split(",")):  # udf,iso9660: a CD drive
         return False
     device = fstab_spec_target(entry["spec"])[0] is not None or entry["spec"].startswith("/dev/")
     return entry["mountpoint"] == "/" or device or fstype in ANONYMOUS_DEVICE_TYPES
