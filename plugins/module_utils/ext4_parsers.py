@@ -54,6 +54,7 @@ def not_audited(mount, netfs_types):
         return False
     return mount["mountpoint"] == "/" or mount["major"] != 0 or fstype in ANONYMOUS_DEVICE_TYPES
 
+
 # "noX" spellings that switch a default-on (or default-off) option; the value is the
 # option's canonical name.  `dioread_lock` is what kernels < 5.6 print, `nodioread_nolock`
 # what 5.6+ prints for the same state (token2str order changed in 244adf6426ee).

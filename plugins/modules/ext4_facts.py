@@ -213,7 +213,9 @@ ext4_facts:
               description: Inodes.
               type: int
             free_inodes:
-              description: Free inodes as the superblock last recorded them (written back at unmount, freeze or error; RV(ext4_facts.filesystems[].usage) has the live count).
+              description: >-
+                Free inodes as the superblock last recorded them (written back at unmount, freeze or error;
+                RV(ext4_facts.filesystems[].usage) has the live count).
               type: int
             free_blocks:
               description: Free blocks as the superblock last recorded them (like free_inodes, not live).
@@ -575,8 +577,8 @@ class Collector:
             network = [m for m in mounts if m["fstype"] in self.params["netfs_types"] and _covers(m["mountpoint"], path)
                        and m["mountpoint"] != path]
             if above or network:
-                reasons.append("%s is below %s mount %s" % (path, "a network" if network else "a later",
-                                                             (network or above)[0]["mountpoint"]))
+                covering = (network or above)[0]["mountpoint"]
+                reasons.append("%s is below %s mount %s" % (path, "a network" if network else "a later", covering))
                 continue
             try:
                 if os.stat(path).st_dev != device:
