@@ -10,7 +10,7 @@ import functools
 import json
 import operator
 import re
-from typing import Dict, Optional, Tuple
+from typing import Any, Container, Dict, Optional, Tuple
 
 from . import kernel_records, policy, severity_rank
 from .parsers import ext4_parsers, kernel_version
@@ -62,7 +62,8 @@ def _use_shares(counts: Optional[Dict[str, int]]) -> Tuple[Optional[float], Opti
     return block_use, inode_use
 
 
-def filesystem_context(fs, facts, option_maps=None, limits=None):
+def filesystem_context(fs: dict, facts: dict, option_maps: Optional[dict] = None,
+                       limits: Optional[Dict[str, float]] = None) -> dict:
     """The fact tree a filesystem-scope predicate sees (roots: opt sb queue jbd2 fs kernel derived
     limit). option_maps: option list -> option_map(), shared by one host's filesystems, which mostly
     have the same options (only read afterwards, so sharing is safe). limits: the host's capacity
@@ -489,7 +490,8 @@ def _evidence_fields_of(template):
     return tuple(name for name in _EVIDENCE_FIELDS if name in template)
 
 
-def evaluate_host(facts, catalog, skip=(), limits=None):
+def evaluate_host(facts: dict, catalog: Any, skip: Container[str] = (),
+                  limits: Optional[Dict[str, float]] = None) -> Tuple[list, list, list]:
     """Return (findings, undetermined, passed) for one host's facts. skip: rule ids not to
     evaluate (the host's policy lists them as skipped); limits: its capacity limits
     (policy.capacity_limits; None: the defaults)."""

@@ -16,6 +16,8 @@ A rule is named by its id, its kind (data-safety, performance, operability) or o
 A name that is none of these is an error: a typo would otherwise select or skip nothing.
 """
 
+from typing import Any, Dict, Optional, Tuple
+
 from . import SEVERITIES
 
 FIELDS = ("fail_on", "rules_select", "rules_skip", "severity_overrides", "capacity_limits")
@@ -38,7 +40,7 @@ def names_of(rule):
     return {rule["id"], rule["kind"]} | set(rule["tags"])
 
 
-def make(doc, catalog, where, default_fail_on):
+def make(doc: Optional[dict], catalog: Any, where: str, default_fail_on: str) -> Tuple[dict, Dict[str, str]]:
     """One host's checked policy and its skipped rules (rule id -> why, in catalog order).
 
     doc: the policy saved in its facts record; None (a record written before policies were
@@ -82,7 +84,7 @@ def make(doc, catalog, where, default_fail_on):
             "capacity_limits": limits}, skipped
 
 
-def capacity_limits(value, where):
+def capacity_limits(value: Any, where: str) -> Dict[str, float]:
     """CAPACITY_LIMITS with a host's own (ext4_audit_capacity_limits: any of its keys, each a share
     above 0 and at most 1, a medium limit not above its high one)."""
     name = "%s: ext4_audit_capacity_limits" % where

@@ -36,7 +36,7 @@ ANONYMOUS_DEVICE_TYPES = ("btrfs", "zfs", "bcachefs")
 READ_ONLY_IMAGE_TYPES = ("squashfs", "iso9660", "erofs", "cramfs", "udf")
 
 
-def fstab_not_audited(entry):
+def fstab_not_audited(entry: dict) -> bool:
     """Is this fstab entry (of a disk image) a local filesystem the audit does not check? As
     not_audited, with a device source standing in for the block device's major number."""
     fstype = entry["fstype"]
@@ -47,7 +47,7 @@ def fstab_not_audited(entry):
     return entry["mountpoint"] == "/" or device or fstype in ANONYMOUS_DEVICE_TYPES
 
 
-def not_audited(mount, netfs_types):
+def not_audited(mount: dict, netfs_types: tuple) -> bool:
     """Is this mount one the audit lists as not audited (a local filesystem of another type)?"""
     fstype = mount["fstype"]
     if fstype in EXT4_DRIVER_TYPES or fstype in netfs_types or fstype in READ_ONLY_IMAGE_TYPES:

@@ -431,14 +431,14 @@ ext4_facts:
       elements: dict
       contains:
         mountpoint:
-          description: Where it is mounted.
+          description: Where it is mounted (the first mount point of a filesystem mounted more than once).
           type: str
         fstype:
           description: Its type.
           type: str
           sample: xfs
         source:
-          description: The mount source.
+          description: The mount source (a device, a ZFS dataset, C(overlay), ...).
           type: str
     errors:
       description: What could not be read, with the reason.
@@ -469,7 +469,7 @@ from ansible_collections.ext4audit.fleet.plugins.module_utils.kernel_version imp
 SYSFS_READ_LIMIT = 4096  # a sysfs attribute is at most a page
 
 
-def _covers(mountpoint, path):
+def _covers(mountpoint: str, path: str) -> bool:
     """Is path at mountpoint or below it?"""
     return path == mountpoint or path.startswith(mountpoint.rstrip("/") + "/")
 
@@ -560,7 +560,7 @@ class Collector:
             "errors": self.errors,
         }
 
-    def usage(self, fs, mounts):
+    def usage(self, fs: dict, mounts: list) -> "dict | None":
         """Live block and inode counts of statvfs(2) (what df and df -i show; the superblock's
         free counts are written back only at unmount, freeze or error), or None (recorded).
 

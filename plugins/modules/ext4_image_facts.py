@@ -408,13 +408,13 @@ ext4_image_facts:
       elements: dict
       contains:
         mountpoint:
-          description: Where it would be mounted.
+          description: Its fstab mount point.
           type: str
         fstype:
-          description: Its type.
+          description: Its fstab type (xfs, btrfs, vfat, ...).
           type: str
         source:
-          description: The fstab source.
+          description: Its fstab source (a device, UUID=, LABEL=, ...).
           type: str
     errors:
       description: What could not be read, with the reason.
