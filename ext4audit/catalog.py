@@ -60,7 +60,7 @@ def load(rules_dir=RULES_DIR, site_dirs=()):
         _check_issue(issue, index, issues_path)
         issues[issue["id"]] = issue
     try:
-        records = kernel_records.load()
+        records = kernel_records.shipped()
     except kernel_records.RecordsError as exc:
         raise CatalogError(str(exc))
     rules_path = os.path.join(rules_dir, "catalog.yml")
@@ -229,9 +229,9 @@ def _check_predicate(rid, scope, pred, issues, record_classes):
         elif kind == "not":
             _check_predicate(rid, scope, value, issues, record_classes)
         elif kind == "kernel_records":
-            if scope != "host" or value not in record_classes:
-                raise CatalogError("rule %s: kernel_records %r needs a host rule and one of the classes %s (%s)"
-                                   % (rid, value, record_classes, kernel_records.DATA_FILE))
+            if scope != "host" or value not in kernel_records.ACTIONS:
+                raise CatalogError("rule %s: kernel_records %r needs a host rule and one of the actions %s"
+                                   % (rid, value, ", ".join(kernel_records.ACTIONS)))
         elif value not in issues:
             raise CatalogError("rule %s: unknown kernel issue %s" % (rid, value))
         return

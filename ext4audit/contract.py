@@ -42,6 +42,7 @@ PROBE_PLAN_SCHEMA = "ext4-fleet-audit/probe-plan/v1"
 KERNEL_GATE_SCHEMA = "ext4-fleet-audit/kernel-gate/v1"
 RULES_SCHEMA = "ext4-fleet-audit/rules/v1"
 KERNEL_RECORDS_SCHEMA = "ext4-fleet-audit/kernel-cna-records/v1"
+KERNEL_BRANCHES_SCHEMA = "ext4-fleet-audit/kernel-branches/v1"
 
 HOST_STATUSES = ("audited", "unreachable", "failed")  # what roles/ext4_audit/tasks/facts.yml writes
 # A host's probe record (roles/chopper_probe/tasks/run.yml sets it from the probe's exit code):
@@ -287,6 +288,7 @@ class Policy(Struct):
     rules_select: Optional[List[str]] = None
     rules_skip: Optional[List[str]] = None
     severity_overrides: Optional[Object] = None
+    kernel_no_fix_counts: Optional[bool] = None
 
 
 class ProbeSection(ProbeRun):
@@ -375,6 +377,17 @@ class BaselineDiff(Struct):
     hosts_not_compared: Optional[List[Object]] = None
 
 
+class KernelGroup(Struct):
+    """The hosts that share a kernel record finding: the kernel, the action and how many hosts."""
+    kernel: Optional[str]
+    upstream: Optional[str]
+    rule: RuleId
+    severity: Severity
+    action: str
+    hosts: int
+    sample: List[str]
+
+
 class Summary(Struct):
     """reports/<run>/summary.json: the verdict; written last, so its presence marks a complete run."""
     schema: Literal[SUMMARY_SCHEMA]
@@ -389,6 +402,7 @@ class Summary(Struct):
     expired_waivers: Optional[List[Object]] = None
     probe: Optional[SummaryProbe] = None
     baseline: Optional[BaselineDiff] = None
+    kernel_groups: Optional[List[KernelGroup]] = None
 
 
 # ------------------------------------------------------------------ findings index
@@ -511,6 +525,9 @@ class Rule(Struct, forbid_unknown_fields=True):
     tags: List[Name]
     seed: Optional[str] = None
     escalate: Optional[List[Escalation]] = None
+    # a {kernel_records: ACTION} rule whose finding takes its worst record's class severity
+    # (kernel_records.CLASS_SEVERITY), never below `severity`
+    severity_by_records: Optional[bool] = None
     confirmation: Optional[RuleConfirmation] = None
     overrides: Optional[bool] = None
 
@@ -537,6 +554,29 @@ class KernelRecord(Struct):
     class_matched: Optional[str] = None
     program_files: List[str] = []
     fix_commits: List[str] = []
+
+
+class KernelBranch(Struct, forbid_unknown_fields=True):
+    """One upstream branch of rules/kernel_branches.yml: longterm, and `ended` with its last release."""
+    branch: Name
+    longterm: bool = False
+    ended: Optional[Name] = None
+
+
+class KernelVendor(Struct, forbid_unknown_fields=True):
+    """A vendor of rules/kernel_branches.yml: who it is, where its kernel advisories are, and
+    whether it maintains kernels on branches upstream ended."""
+    name: Name
+    advisories: Name
+    keeps_ended_branches: bool = False
+
+
+class KernelBranches(Struct, forbid_unknown_fields=True):
+    """rules/kernel_branches.yml: the reviewed table of upstream branches and vendors."""
+    schema: Literal[KERNEL_BRANCHES_SCHEMA]
+    reviewed: Name
+    branches: List[KernelBranch]
+    vendors: Dict[str, KernelVendor]
 
 
 class KernelRecords(Struct):
@@ -675,6 +715,7 @@ SCHEMAS = {
     "waivers.json": WaiverFile,
     "rules.json": RuleFile,
     "kernel-cna-records.json": KernelRecords,
+    "kernel-branches.json": KernelBranches,
 }
 SCHEMAS_DIR = os.path.join(ROOT, "schemas")
 

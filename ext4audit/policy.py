@@ -10,14 +10,15 @@ can be stricter than the rest), are saved with the host's facts record
     ext4_audit_severity_overrides:                            # this site's severity, with its reason
       EXT4_INODE_128: {severity: high, reason: "our backups need 256-byte inodes"}
     ext4_audit_fail_on: medium                                # lowest unwaived severity that fails the host
+    ext4_audit_kernel_no_fix_counts: true                     # records with no fix in the branch count at their class
 
 A rule is named by its id, its kind (data-safety, performance, operability) or one of its tags.
 A name that is none of these is an error: a typo would otherwise select or skip nothing.
 """
 
-from . import SEVERITIES
+from . import SEVERITIES, kernel_records
 
-FIELDS = ("fail_on", "rules_select", "rules_skip", "severity_overrides")
+FIELDS = ("fail_on", "rules_select", "rules_skip", "severity_overrides", "kernel_no_fix_counts")
 OVERRIDE_FIELDS = ("severity", "reason")
 
 
@@ -62,6 +63,9 @@ def make(doc, catalog, where, default_fail_on):
             raise PolicyError("%s: reason is required (text: why this site rates the rule so; it is shown in "
                               "every report)" % name)
         checked[rid] = {"severity": entry["severity"], "reason": entry["reason"].strip()}
+    no_fix_counts = doc.get("kernel_no_fix_counts", False)
+    if not isinstance(no_fix_counts, bool):
+        raise PolicyError("%s: ext4_audit_kernel_no_fix_counts must be true or false, got %r" % (where, no_fix_counts))
     skipped = {}
     for rule in catalog.rules:
         names = by_rule[rule["id"]]
@@ -69,7 +73,8 @@ def make(doc, catalog, where, default_fail_on):
             skipped[rule["id"]] = "not selected by ext4_audit_rules_select"
         elif names & set(skip):
             skipped[rule["id"]] = "ext4_audit_rules_skip: %s" % ", ".join(sorted(names & set(skip)))
-    return {"fail_on": fail_on, "rules_select": select, "rules_skip": skip, "severity_overrides": checked}, skipped
+    return {"fail_on": fail_on, "rules_select": select, "rules_skip": skip, "severity_overrides": checked,
+            "kernel_no_fix_counts": no_fix_counts}, skipped
 
 
 def _names_by_rule(catalog):
@@ -91,9 +96,20 @@ def _names(doc, field, where, known):
     return value
 
 
-def override(findings, overrides):
-    """Give findings of overridden rules the site's severity, keeping the catalog's and the reason."""
+NO_FIX_COUNTS_REASON = "ext4_audit_kernel_no_fix_counts: records with no fix in the branch count at their class"
+
+
+def override(findings: list, overrides: dict, kernel_no_fix_counts: bool = False) -> None:
+    """Give findings of overridden rules the site's severity, keeping the catalog's and the reason.
+    kernel_no_fix_counts: a {kernel_records: no_fix_in_branch} finding takes its records' class
+    severity (kernel_records.class_severity) first; a site override still has the last word."""
     for finding in findings:
+        action = (finding.get("evidence") or {}).get("kernel_action") or {}
+        if kernel_no_fix_counts and action.get("action") == "no_fix_in_branch":
+            severity, _ = kernel_records.class_severity(finding["evidence"]["kernel_records"], finding["severity"])
+            if severity != finding["severity"]:
+                finding["severity_override"] = {"from": finding["severity"], "reason": NO_FIX_COUNTS_REASON}
+                finding["severity"] = severity
         entry = overrides.get(finding["rule"])
         if entry:
             finding["severity_override"] = {"from": finding["severity"], "reason": entry["reason"]}
@@ -106,6 +122,8 @@ def describe(report):
     if not policy:
         return []
     lines = ["fails at %s or above (ext4_audit_fail_on)" % policy["fail_on"]]
+    if policy.get("kernel_no_fix_counts"):
+        lines.append("kernel records with no fix in the branch count at their class (ext4_audit_kernel_no_fix_counts)")
     by_reason = {}
     for item in report.get("skipped") or []:
         by_reason.setdefault(item["reason"], []).append(item["rule"])

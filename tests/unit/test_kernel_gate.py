@@ -201,7 +201,8 @@ RECORDS = {"source": {"commit": "0" * 40, "commit_date": "2026-08-21T18:32:04+02
                cve(4, "crash/BUG", "since the start", {"6.1": "6.1.20", "6.6": "6.6.30"}, "6.7"),  # 6.6's fix is later
                cve(5, "hang/deadlock", "5.4", {}, "6.8"),                          # no fix in 6.1 or 6.6: carried
                cve(6, "memory safety", "6.1", {"6.1": "6.1.40"}, "6.2"),           # fixed on both sides
-           ]}
+           ],
+           "branches": kernel_records.load_branches()}
 
 
 def records_of(base, cand, **policy):

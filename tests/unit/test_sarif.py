@@ -84,7 +84,7 @@ def test_sarif_is_valid_and_complete(runs):
 
     results = run["results"]
     findings = host_findings(runs[0])
-    assert len(results) == len(findings) == 12  # with two hosts' KERNEL_EXT4_HANG_UNFIXED (6.18.44 lacks CVE-2026-74307)
+    assert len(results) == len(findings) == 12  # with two hosts' KERNEL_EXT4_NO_FIX_IN_BRANCH (6.18.y has no fix for CVE-2026-74307)
     identities = set((r["properties"]["host"], r["ruleId"], r["properties"]["device"], r["properties"]["mountpoint"])
                      for r in results)
     assert identities == set((h, f["rule"], f["device"], f["mountpoint"]) for h, f in findings)
