@@ -12,6 +12,7 @@ every item says why it is only advisory.
 import json
 import os
 import re
+from typing import Callable, Optional
 
 from . import contract
 from .parsers import ext4_parsers, kernel_version
@@ -167,26 +168,26 @@ _QUOTA_OPTIONS = ("quota", "usrquota", "grpquota", "prjquota", "usrjquota", "grp
 _DAX_ON = (True, "always", "inode")  # dax (the old spelling of dax=always), dax=always, dax=inode
 
 
-def _has(feature):
+def _has(feature: str) -> Callable[[dict], bool]:
     return lambda fs: feature in (fs["superblock"].get("features") or ())
 
 
-def _options(fs):
+def _options(fs: dict) -> dict:
     return ext4_parsers.option_map(fs.get("options") or ())
 
 
-def _quota_in_use(fs):
+def _quota_in_use(fs: dict) -> bool:
     features = set(fs["superblock"].get("features") or ())
     return bool({"quota", "project"} & features) or any(_options(fs).get(name) for name in _QUOTA_OPTIONS)
 
 
-def _encrypt_in_use(fs):
+def _encrypt_in_use(fs: dict) -> bool:
     # inlinecrypt alone reaches fscrypt's I/O path (CVE-2022-50277 needs no encrypt feature).
     options = _options(fs)
     return _has("encrypt")(fs) or bool(options.get("inlinecrypt")) or "test_dummy_encryption" in options
 
 
-def _dax_in_use(fs):
+def _dax_in_use(fs: dict) -> bool:
     # Without a dax option, files with the DAX attribute use DAX on a DAX-capable (pmem) device.
     dax = _options(fs).get("dax")
     if dax is None:
@@ -195,7 +196,7 @@ def _dax_in_use(fs):
     return dax in _DAX_ON
 
 
-def _mb_optimize_scan_in_use(fs):
+def _mb_optimize_scan_in_use(fs: dict) -> bool:
     # The kernel prints mb_optimize_scan only when it differs from its group-count default.
     option = _options(fs).get("mb_optimize_scan")
     if option is not None:
@@ -211,7 +212,7 @@ RELEVANCE = {
 }
 
 
-def needed_feature(record):
+def needed_feature(record: dict) -> Optional[str]:
     """The feature (RELEVANCE) a record matters with, as reviewed, or None: every ext4 filesystem
     (also for a record built without the field, as the kernel gate's tests do)."""
     return record.get("needs")

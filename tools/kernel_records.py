@@ -25,6 +25,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from typing import Iterable, List, Optional, Tuple, Union
 
 import yaml
 
@@ -65,7 +66,7 @@ def _branch(release):
     return ".".join(release.split(".")[:2])
 
 
-def read_reviewed(path):
+def read_reviewed(path: str) -> dict:
     """{record id: {"class", "class_reason", "needs"}} of the reviewed table
     (rules/kernel_record_classes.yml); a RecordError naming the file, the id and the field for
     anything else."""
@@ -254,14 +255,15 @@ def read_git(git_dir, rev):
         offset = header_end + 2 + size
 
 
-def source_of(where, rev, repository, commit=None, date=None):
+def source_of(where: Union[None, str, tuple], rev: Optional[str], repository: str,
+              commit: Optional[str] = None, date: Optional[str] = None) -> dict:
     """The commit and its date: from git, or as given for a folder that is not a git checkout."""
     if where:
         commit, date = _git(where, "log", "-1", "--format=%H %cI", rev).decode().split()
     return {"repository": repository, "commit": commit, "commit_date": date}
 
 
-def collect(files, reviewed, reviewed_path=REVIEWED_NAME):
+def collect(files: Iterable[Tuple[str, bytes]], reviewed: dict, reviewed_path: str = REVIEWED_NAME) -> List[dict]:
     """The selected records' entries among files (an iterable of (name, bytes)), by id, each with
     its class, class_reason and needs from reviewed (read_reviewed's result, read from reviewed_path)."""
     records = []
