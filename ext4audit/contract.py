@@ -541,17 +541,17 @@ class RuleFile(Struct, forbid_unknown_fields=True):
 # ------------------------------------------------------------------ kernel CNA records (data)
 class KernelRecord(Struct):
     """One record of the kernel CNA (ext4audit/kernel_records.py judges a kernel by it); the
-    file's `fields` say what introduced, backported_into, fixed and fixed_mainline mean. That
-    each release parses and sits in its branch is kernel_records.load's check."""
+    file's `fields` say what each field means. That each release parses and sits in its branch,
+    and that needs is a known feature, is kernel_records.load's check."""
     id: typing.Annotated[str, Meta(pattern=RECORD_ID_PATTERN)]
     title: Name
     kind: Name = msgspec.field(name="class")  # one of the file's classes
+    class_reason: Name  # the record's words that give the class (rules/kernel_record_classes.yml)
+    needs: Optional[Name]  # the feature it needs (kernel_records.RELEVANCE), null: any filesystem
     introduced: Optional[Name]
     backported_into: Dict[str, str]
     fixed: Dict[str, str]
     fixed_mainline: Optional[Name]
-    class_rule: Optional[int] = None
-    class_matched: Optional[str] = None
     program_files: List[str] = []
     fix_commits: List[str] = []
 
@@ -588,7 +588,6 @@ class KernelRecords(Struct):
     source: Optional[Object] = None
     selection: Optional[str] = None
     fields: Optional[Dict[str, str]] = None
-    class_rules: Optional[List[Dict[str, str]]] = None
 
 
 # ------------------------------------------------------------------ decoding

@@ -20,10 +20,10 @@ import functools
 import json
 import os
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
-from . import SEVERITIES, contract, safe_yaml, severity_rank
-from .parsers import kernel_version
+from . import contract, safe_yaml, severity_rank
+from .parsers import ext4_parsers, kernel_version
 
 DATA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rules", "kernel_cna_records.json")
 BRANCHES_FILE = os.path.join(os.path.dirname(DATA_FILE), "kernel_branches.yml")
@@ -85,6 +85,8 @@ def _last_seen(records: List[dict]) -> Dict[str, str]:
 def _check(record, where, classes):
     if record["class"] not in classes:
         raise RecordsError("%s.class %r is not one of %s" % (where, record["class"], classes))
+    if record["needs"] is not None and record["needs"] not in RELEVANCE:
+        raise RecordsError("%s.needs %r is not one of %s" % (where, record["needs"], ", ".join(sorted(RELEVANCE))))
     releases = [("introduced", record["introduced"]), ("fixed_mainline", record["fixed_mainline"])]
     for field in ("backported_into", "fixed"):
         for branch, release in record[field].items():
@@ -240,7 +242,7 @@ def open_records(doc, kernel):
             "id": record["id"], "title": record["title"], "class": record["class"],
             "fixed_in": fixed_in, "fixed_mainline": record["fixed_mainline"], "reason": reason,
             "action": action, "advisory": action == "advisory", "link": LINK % record["id"],
-            "needs": needed_feature(record["title"]),
+            "needs": needed_feature(record),
         })
     return items
 
@@ -326,28 +328,62 @@ def action_text(doc: dict, kernel: dict, action: str, items: List[dict]) -> str:
     return "%s: %s cannot be judged from the version%s" % (why, _count(items, "records fixed upstream"), source)
 
 
-# Records that matter only where a feature is in use, told by a keyword of their title (reviewed
-# against the 157 titles: every fast-commit one names fast_commit, fast-commit or an fc_ function,
-# every inline-data one says inline, every quota one says quota). feature: what the finding names;
-# in_use(features, options): one filesystem's superblock features and mount options. A title
-# without a keyword applies to every ext4 filesystem.
+# The features a record may need (its `needs`, reviewed record by record in
+# rules/kernel_record_classes.yml): feature -> in_use(fs), whether one ext4 filesystem (its facts:
+# the superblock as dumpe2fs prints it, features by the names dumpe2fs gives them, and the mount
+# options in effect) uses it. Only called for a filesystem whose superblock was read.
 _QUOTA_OPTIONS = ("quota", "usrquota", "grpquota", "prjquota", "usrjquota", "grpjquota")
-RELEVANCE = (
-    (re.compile(r"fast[_ -]commit|\bfc_|_fc_", re.I), "fast_commit",
-     lambda features, options: "fast_commit" in features),
-    (re.compile(r"inline", re.I), "inline_data", lambda features, options: "inline_data" in features),
-    (re.compile(r"quota", re.I), "quota",
-     lambda features, options: bool({"quota", "project"} & features)
-     or any(option.split("=")[0] in _QUOTA_OPTIONS for option in options)),
-)
+_DAX_ON = (True, "always", "inode")  # dax (the old spelling of dax=always), dax=always, dax=inode
 
 
-_IN_USE = dict((feature, in_use) for _, feature, in_use in RELEVANCE)
+def _has(feature: str) -> Callable[[dict], bool]:
+    return lambda fs: feature in (fs["superblock"].get("features") or ())
 
 
-def needed_feature(title):
-    """The feature (RELEVANCE) a record's title says it matters with, or None: every ext4 filesystem."""
-    return next((feature for keyword, feature, _ in RELEVANCE if keyword.search(title)), None)
+def _options(fs: dict) -> dict:
+    return ext4_parsers.option_map(fs.get("options") or ())
+
+
+def _quota_in_use(fs: dict) -> bool:
+    features = set(fs["superblock"].get("features") or ())
+    return bool({"quota", "project"} & features) or any(_options(fs).get(name) for name in _QUOTA_OPTIONS)
+
+
+def _encrypt_in_use(fs: dict) -> bool:
+    # inlinecrypt alone reaches fscrypt's I/O path (CVE-2022-50277 needs no encrypt feature).
+    options = _options(fs)
+    return _has("encrypt")(fs) or bool(options.get("inlinecrypt")) or "test_dummy_encryption" in options
+
+
+def _dax_in_use(fs: dict) -> bool:
+    # Without a dax option, files with the DAX attribute use DAX on a DAX-capable (pmem) device.
+    dax = _options(fs).get("dax")
+    if dax is None:
+        disk = (fs.get("queue") or {}).get("device") or os.path.basename(fs.get("device") or "")
+        return disk.startswith("pmem")
+    return dax in _DAX_ON
+
+
+def _mb_optimize_scan_in_use(fs: dict) -> bool:
+    # The kernel prints mb_optimize_scan only when it differs from its group-count default.
+    option = _options(fs).get("mb_optimize_scan")
+    if option is not None:
+        return option == "1"
+    return ext4_parsers.default_mb_optimize_scan(fs["superblock"]) is not False
+
+
+RELEVANCE = {
+    "fast_commit": _has("fast_commit"), "inline_data": _has("inline_data"), "quota": _quota_in_use,
+    "encrypt": _encrypt_in_use, "casefold": _has("casefold"), "verity": _has("verity"),
+    "bigalloc": _has("bigalloc"), "ea_inode": _has("ea_inode"), "mmp": _has("mmp"),
+    "orphan_file": _has("orphan_file"), "dax": _dax_in_use, "mb_optimize_scan": _mb_optimize_scan_in_use,
+}
+
+
+def needed_feature(record: dict) -> Optional[str]:
+    """The feature (RELEVANCE) a record matters with, as reviewed, or None: every ext4 filesystem
+    (also for a record built without the field, as the kernel gate's tests do)."""
+    return record.get("needs")
 
 
 class FeaturesInUse(dict):
@@ -359,10 +395,8 @@ class FeaturesInUse(dict):
         self.filesystems = filesystems
 
     def __missing__(self, feature):
-        in_use = _IN_USE[feature]
-        self[feature] = used = any(not fs.get("superblock")
-                                   or in_use(set(fs["superblock"].get("features") or ()), fs.get("options") or ())
-                                   for fs in self.filesystems)
+        in_use = RELEVANCE[feature]
+        self[feature] = used = any(not fs.get("superblock") or in_use(fs) for fs in self.filesystems)
         return used
 
 
