@@ -78,4 +78,5 @@ def test_a_bad_policy_names_the_host_and_the_variable(doc, message):
 
 def test_a_record_without_a_policy_gets_the_default_and_skips_nothing():
     assert policy.make(None, CATALOG, "host h", "medium") == (
-        {"fail_on": "medium", "rules_select": [], "rules_skip": [], "severity_overrides": {}}, {})
+        {"fail_on": "medium", "rules_select": [], "rules_skip": [], "severity_overrides": {},
+         "kernel_no_fix_counts": False}, {})
