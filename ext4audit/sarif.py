@@ -127,7 +127,7 @@ def _result(host, finding, rule_index, lines, catalog_uri, uri, with_baseline):
         result["properties"]["confirmation"] = finding["confirmation"]
     waiver = finding.get("waiver") or {}
     if finding.get("waived"):
-        result["suppressions"] = [{"kind": "external", "state": "accepted", "justification": "%s (approver %s, until %s)"
+        result["suppressions"] = [{"kind": "external", "status": "accepted", "justification": "%s (approver %s, until %s)"
                                    % (waiver.get("justification"), waiver.get("approver"), waiver.get("expires"))}]
     elif waiver.get("status") == "expired":
         result["properties"]["expired_waiver"] = waiver

@@ -15,6 +15,10 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+# Microsoft's SARIF Multitool and the SARIF 2.1.0 schema it ships (`make test-deps`: the Makefile's
+# sarif-multitool target names the version).
+SARIF_MULTITOOL = next(iter(sorted(glob.glob(os.path.join(ROOT, ".cache", "sarif-multitool", "*", "package")),
+                                   reverse=True)), None)
 VENV_BIN = os.path.dirname(sys.executable)
 
 
