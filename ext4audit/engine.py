@@ -16,9 +16,10 @@ from .parsers import ext4_parsers, kernel_version
 
 _VERSION = re.compile(r"^\d+\.\d+")
 _DEFAULT_ON = {"user_xattr", "acl", "block_validity"}  # baked-in defaults not worth mentioning
-# The features mke2fs has given every ext4 since 1.41 (misc/mke2fs.conf.in); without them a
-# filesystem keeps ext2/ext3-era block maps, linear directories and a 2 TiB file limit.
-_EXT4_BASE_FEATURES = ("extent", "flex_bg", "dir_index", "huge_file")
+# The features of mke2fs's ext4 layout (misc/mke2fs.conf.in) that make it faster than ext2/ext3's:
+# without them a filesystem keeps block maps, scattered group metadata and linear directories.
+# (huge_file, in the same list, only lifts the 2 TiB file size limit: not a performance matter.)
+_EXT4_BASE_FEATURES = ("extent", "flex_bg", "dir_index")
 # Data directories of common databases: a filesystem mounted at one of these (or below) holds one.
 _DATABASE_DIRS = ("/var/lib/mysql", "/var/lib/mariadb", "/var/lib/postgresql", "/var/lib/pgsql",
                   "/var/lib/mongodb", "/var/lib/cassandra", "/var/lib/etcd", "/var/lib/redis",
