@@ -171,6 +171,8 @@ def test_the_small_block_dioread_rule_cites_its_fixing_commit():
     ({"kind": "performance", "severity": "high"}, "severity high is above medium"),
     ({"kind": "performance", "escalate": [{"when": {"fact": "opt.data", "eq": "x"}, "severity": "high",
                                            "because": "x"}]}, "severity high is above medium"),
+    ({"when": {"fstab_options_refused": "yes"}}, "fstab_options_refused needs a filesystem rule and the value true"),
+    ({"scope": "host", "when": {"fstab_options_refused": True}}, "fstab_options_refused needs a filesystem rule"),
 ])
 def test_catalog_validation(tmp_path, broken, message):
     import yaml
