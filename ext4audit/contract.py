@@ -43,6 +43,7 @@ KERNEL_GATE_SCHEMA = "ext4-fleet-audit/kernel-gate/v1"
 RULES_SCHEMA = "ext4-fleet-audit/rules/v1"
 KERNEL_RECORDS_SCHEMA = "ext4-fleet-audit/kernel-cna-records/v1"
 KERNEL_BRANCHES_SCHEMA = "ext4-fleet-audit/kernel-branches/v1"
+REMOVED_MOUNT_OPTIONS_SCHEMA = "ext4-fleet-audit/removed-mount-options/v1"
 
 HOST_STATUSES = ("audited", "unreachable", "failed")  # what roles/ext4_audit/tasks/facts.yml writes
 # A host's probe record (roles/chopper_probe/tasks/run.yml sets it from the probe's exit code):
@@ -469,6 +470,7 @@ class KernelGate(Struct):
     new_findings: List[GateFinding] = []
     failed_checks: List[str] = []
     kernel_records: Optional[Object] = None
+    mount_options: Optional[Object] = None  # kernel_gate.compare_mount_options
 
 
 # ------------------------------------------------------------------ waiver file (YAML)
@@ -588,6 +590,25 @@ class KernelRecords(Struct):
     source: Optional[Object] = None
     selection: Optional[str] = None
     fields: Optional[Dict[str, str]] = None
+
+
+# ------------------------------------------------------------------ removed mount options (data)
+class RemovedMountOption(Struct, forbid_unknown_fields=True):
+    """Mount options that ext4 refuses from an upstream release on (ext4audit/mount_options.py
+    judges a kernel by it; that removed_in parses as a version is mount_options.load's check)."""
+    options: typing.Annotated[List[Name], Meta(min_length=1)]
+    removed_in: Name
+    commit: typing.Annotated[str, Meta(pattern=r"^[0-9a-f]{12,40}$")]
+    refused_as: Name
+    note: Name
+    references: typing.Annotated[List[typing.Annotated[str, Meta(pattern=r"^https://")]], Meta(min_length=1)]
+
+
+class RemovedMountOptions(Struct, forbid_unknown_fields=True):
+    """rules/removed_mount_options.yml: the ext4 mount options that kernels from a release on
+    refuse, so a filesystem whose fstab entry names one does not mount there."""
+    schema: Literal[REMOVED_MOUNT_OPTIONS_SCHEMA]
+    removed: List[RemovedMountOption]
 
 
 # ------------------------------------------------------------------ decoding
@@ -715,6 +736,7 @@ SCHEMAS = {
     "rules.json": RuleFile,
     "kernel-cna-records.json": KernelRecords,
     "kernel-branches.json": KernelBranches,
+    "removed-mount-options.json": RemovedMountOptions,
 }
 SCHEMAS_DIR = os.path.join(ROOT, "schemas")
 

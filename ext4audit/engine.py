@@ -11,14 +11,15 @@ import json
 import operator
 import re
 
-from . import kernel_records, severity_rank
+from . import kernel_records, mount_options, severity_rank
 from .parsers import ext4_parsers, kernel_version
 
 _VERSION = re.compile(r"^\d+\.\d+")
 _DEFAULT_ON = {"user_xattr", "acl", "block_validity"}  # baked-in defaults not worth mentioning
-# The features mke2fs has given every ext4 since 1.41 (misc/mke2fs.conf.in); without them a
-# filesystem keeps ext2/ext3-era block maps, linear directories and a 2 TiB file limit.
-_EXT4_BASE_FEATURES = ("extent", "flex_bg", "dir_index", "huge_file")
+# The features of mke2fs's ext4 layout (misc/mke2fs.conf.in) that make it faster than ext2/ext3's:
+# without them a filesystem keeps block maps, scattered group metadata and linear directories.
+# (huge_file, in the same list, only lifts the 2 TiB file size limit: not a performance matter.)
+_EXT4_BASE_FEATURES = ("extent", "flex_bg", "dir_index")
 # Data directories of common databases: a filesystem mounted at one of these (or below) holds one.
 _DATABASE_DIRS = ("/var/lib/mysql", "/var/lib/mariadb", "/var/lib/postgresql", "/var/lib/pgsql",
                   "/var/lib/mongodb", "/var/lib/cassandra", "/var/lib/etcd", "/var/lib/redis",
@@ -165,6 +166,8 @@ def _compile(pred, catalog):
         return _compile_kernel_issue(pred["kernel_issue"], catalog.kernel_issues)
     if "kernel_records" in pred:
         return _compile_kernel_records(pred["kernel_records"], catalog.records)
+    if "fstab_options_refused" in pred:
+        return _compile_fstab_options_refused(catalog.removed_options)
     return _compile_fact(pred)
 
 
@@ -235,6 +238,25 @@ def _judge_records(items, action, kernel, filesystems, in_use):
     if aside:
         evidence["kernel_records_set_aside"] = aside
     return bool(found), evidence
+
+
+def _compile_fstab_options_refused(removed_options):
+    """{fstab_options_refused: true} (filesystem rules): the filesystem's fstab entry names an option
+    that the kernel refuses (rules/removed_mount_options.yml), so its next mount fails. Evidence:
+    fstab_options_refused (each option, the release that removed it and the commit) and
+    fstab_options_unknown (options a backporting vendor's kernel may refuse: with none refused,
+    the result is None and the reason is in missing). No fstab entry: False."""
+    def test_refused(context, evidence, missing, issues):
+        fstab = (context.get("fs") or {}).get("fstab") or {}
+        refused, unknown = mount_options.refused(fstab.get("options"), context.get("kernel"), removed_options)
+        evidence["fstab_options_refused"] = refused
+        if unknown:
+            evidence["fstab_options_unknown"] = ["%s: %s" % (item["option"], item["why"]) for item in unknown]
+            if not refused:
+                missing.extend("fstab_options_refused %s (%s)" % (item["option"], item["why"]) for item in unknown)
+                return None
+        return bool(refused)
+    return test_refused
 
 
 def _compile_fact(pred):
@@ -388,8 +410,11 @@ _FIELDS = {
     "disk_kind": lambda f: (f.fs.get("queue") or {}).get("kind"),
     "disk": lambda f: (f.fs.get("queue") or {}).get("device"),
 }
-# Fields that depend on the rule, from its evidence: {kernel_action} says what closes the open records.
-_EVIDENCE_FIELDS = {"kernel_action": kernel_records.describe}
+# Fields that depend on the rule, from its evidence: {kernel_action} says what closes the open
+# records, {fstab_options_refused} the fstab options the kernel refuses.
+_EVIDENCE_FIELDS = {"kernel_action": kernel_records.describe,
+                    "fstab_options_refused": lambda evidence: mount_options.describe(
+                        evidence.get("fstab_options_refused") or [])}
 MESSAGE_FIELDS = frozenset(_FIELDS) | frozenset(_EVIDENCE_FIELDS)  # the placeholders a message may name (checked at catalog load)
 
 
