@@ -16,10 +16,12 @@ has ours, and tests/unit/test_monitoring.py checks them against what this module
   ext4audit_baseline_findings{change}             new, resolved and persisting since the baseline (with one)
 
 The text is what prometheus_client's generate_latest makes of these gauges (tests/unit/
-test_prometheus.py compares them), written here: prometheus_client built an object for each of the
-~10 samples a host has, 2 s of the report step's time at 10,000 hosts. Label values are escaped as
-it escapes them (backslash, double quote, newline), so host and mount-point strings cannot break
-the format.
+test_prometheus.py compares them), written here: prometheus_client builds an object for each of the
+~15 samples a host has. Measured on 2026-11-29 (10,000 synthetic hosts, 157,000 lines, this 2-core
+machine under load, two alternating rounds): 4.4-7.1 s through GaugeMetricFamily and generate_latest
+(test_prometheus._by_prometheus_client), 0.8-1.4 s here. Label values are escaped as it escapes them
+(backslash, double quote, newline), so host and mount-point strings cannot break the format.
+`promtool check metrics` accepts the text (tests/unit/test_monitoring.py).
 """
 
 import collections

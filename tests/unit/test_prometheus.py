@@ -3,6 +3,7 @@
 import calendar
 import json
 import os
+import subprocess
 import time
 
 from hypothesis import given, settings, strategies as st
@@ -12,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ext4audit import prometheus, reports
 from test_baseline import NOBARRIER, NODELALLOC_DISCARD, make_run, record
 from test_rules import with_options
+from test_monitoring import promtool_or_skip
 from test_reports import HOSTILE, NOW, cli
 
 EVIL = 'we"b\\01\nx{y="z"} 1'  # a quote, a backslash, a newline and text that looks like a sample
@@ -135,6 +137,27 @@ def test_label_values_round_trip():
     got = samples(prometheus.text(summary, hosts))
     back = sorted(dict(k[1])["host"] for k in got if k[0] == "ext4audit_findings")
     assert back == sorted(names[:-1] + ["lone \\udcff surrogate"])
+
+
+def test_promtool_accepts_hostile_names_and_every_family():
+    """`promtool check metrics` (Prometheus's own parser and lint) on a file with every family,
+    hostile host and rule names, a probe and a baseline."""
+    promtool = promtool_or_skip()
+    hosts = [{"host": name, "status": "audited", "policy": {"fail_on": "low"}, "findings": [
+        {"rule": "EXT4_NOBARRIER", "severity": "high", "waived": False, "mountpoint": name, "device": "/dev/a"},
+        {"rule": "EXT4_ONLINE_DISCARD", "severity": "low", "waived": True, "mountpoint": "/", "device": "/dev/a"}],
+        "probe": probe_section("ran", {"p50": 1048576, "p90": 3.5e6, "p99": 123456789})}
+        for name in (EVIL, "tab\tand unicode \u00e9\u4e2d", "lone \udcff surrogate")]
+    hosts.append({"host": "gone", "status": "unreachable", "findings": []})
+    summary = reports.summarize(hosts, "run-9", "high", True, NOW,
+                                baseline={"run_id": "run-8", "new": [{}], "resolved": [], "persisting": 1,
+                                          "hosts_added": [], "hosts_removed": []})
+    text = prometheus.text(summary, hosts)
+    assert {name for name, _, _ in prometheus.FAMILIES} == {family.name for family in
+                                                            text_string_to_metric_families(text)}
+    result = subprocess.run([promtool, "check", "metrics"], input=text.encode("utf-8"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert (result.returncode, result.stdout.decode(errors="replace")) == (0, "")
 
 
 def _by_prometheus_client(summary, digests):
