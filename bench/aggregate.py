@@ -30,6 +30,7 @@ import fcntl
 import functools
 import glob
 import hashlib
+import gzip
 import json
 import os
 import random
@@ -352,6 +353,14 @@ def sizes_of(run):
     for name in sorted(os.listdir(run)):
         if os.path.isfile(os.path.join(run, name)):
             result[name] = os.path.getsize(os.path.join(run, name))
+    sarif_path = os.path.join(run, "report.sarif")
+    if os.path.exists(sarif_path):  # against GitHub code scanning's limits (ext4audit/sarif.py)
+        with open(sarif_path, "rb") as handle:
+            data = handle.read()
+        result["report.sarif gzipped"] = len(gzip.compress(data, 6))
+        run_ = json.loads(data)["runs"][0]
+        result["report.sarif results"] = len(run_["results"])
+        result["report.sarif cut"] = run_["properties"].get("cut")
     return result
 
 
