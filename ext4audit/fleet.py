@@ -145,6 +145,10 @@ def run_shard(number, paths, first_index):
                     started.add(name)
             index.write(b"," + baseline_mod.index_entry(report) if offset else baseline_mod.index_entry(report))
             digests.append(digest)
+        for name, writer, handle in outputs:
+            piece = writer.shard_end()
+            if piece:
+                handle.write(writer.separator + piece if name in started else piece)
     finally:
         index.close()
         for _, _, handle in outputs:
