@@ -11,7 +11,7 @@ APT_COMMANDS := dumpe2fs debugfs losetup
 APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: schemas collection setup deps vm-deps lint-deps test-deps cloud-deps audit test lint rules docs role-readmes clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records e2fsprogs-corpus
+.PHONY: schemas collection setup deps vm-deps lint-deps test-deps sarif-multitool cloud-deps audit test lint rules docs role-readmes clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records e2fsprogs-corpus
 setup: deps $(VENV)/.installed
 
 # Debian packages the audit and the tests use; installed only when a tool is missing.
@@ -82,10 +82,25 @@ lint-deps: setup
 # xfsprogs: a real xfs on a loop device, listed as not audited (tests/integration/test_live_usage.py).
 TEST_APT_PACKAGES := chromium chromium-driver prometheus openssh-server sshfs xfsprogs
 TEST_APT_COMMANDS := /usr/bin/chromium /usr/bin/chromedriver /usr/bin/promtool /usr/sbin/sshd sshfs mkfs.xfs
-test-deps: lint-deps
+test-deps: lint-deps sarif-multitool
 	@for c in $(TEST_APT_COMMANDS); do command -v $$c >/dev/null || missing=1; done; \
 	if [ -n "$$missing" ]; then echo "installing $(TEST_APT_PACKAGES)"; $(APT_GET) update -q && \
 	  $(APT_GET) install -y -q --no-install-recommends $(TEST_APT_PACKAGES); fi
+
+# Microsoft's SARIF Multitool (npm @microsoft/sarif-multitool-linux: a self-contained Linux build)
+# and the SARIF 2.1.0 schema it ships (errata01: suppression.status), in .cache/sarif-multitool:
+# tests/unit/test_sarif.py validates report.sarif against that schema and with the Multitool's
+# GitHub rules (`validate --rule-kind Gh`). npm checks the package's registry integrity hash.
+SARIF_MULTITOOL_VERSION := 5.7.0
+SARIF_MULTITOOL_DIR := .cache/sarif-multitool/$(SARIF_MULTITOOL_VERSION)
+sarif-multitool:
+	@test -x $(SARIF_MULTITOOL_DIR)/package/Sarif.Multitool && exit 0; \
+	command -v npm >/dev/null || { echo "installing npm"; $(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends npm; }; \
+	echo "fetching @microsoft/sarif-multitool-linux@$(SARIF_MULTITOOL_VERSION) (43 MB)"; \
+	rm -rf $(SARIF_MULTITOOL_DIR) && mkdir -p $(SARIF_MULTITOOL_DIR) && \
+	npm pack --silent --pack-destination $(SARIF_MULTITOOL_DIR) @microsoft/sarif-multitool-linux@$(SARIF_MULTITOOL_VERSION) >/dev/null && \
+	tar -xzf $(SARIF_MULTITOOL_DIR)/microsoft-sarif-multitool-linux-$(SARIF_MULTITOOL_VERSION).tgz -C $(SARIF_MULTITOOL_DIR) && \
+	chmod 0755 $(SARIF_MULTITOOL_DIR)/package/Sarif.Multitool
 
 # The AMI path of the image pre-rollout check (playbooks/ami_precheck_cloud.yml; never run here):
 # boto3 into the venv and the amazon.aws collection of requirements.yml. Not part of `make test`.

@@ -30,6 +30,7 @@ import fcntl
 import functools
 import glob
 import hashlib
+import gzip
 import json
 import os
 import random
@@ -355,6 +356,15 @@ def sizes_of(run):
     return result
 
 
+def sarif_limits(run):
+    """report.sarif against GitHub code scanning's limits (ext4audit/sarif.py): its results, its
+    gzipped bytes and what it had to leave out."""
+    with open(os.path.join(run, "report.sarif"), "rb") as handle:
+        data = handle.read()
+    run_ = json.loads(data)["runs"][0]
+    return {"results": len(run_["results"]), "gzipped": len(gzip.compress(data, 6)), "cut": run_["properties"].get("cut")}
+
+
 def one_size(count, repeat, workdir):
     base = tempfile.mkdtemp(prefix="agg-%d-" % count, dir=workdir)
     inventory = os.path.join(base, "inventory")
@@ -376,7 +386,7 @@ def one_size(count, repeat, workdir):
         subprocess.run(["sync"], check=True)  # the input copy's write-back does not count
         load = os.getloadavg()[0]
         row = timed_report(report_argv(run, waivers, os.path.join(base, "baseline"), inventory))
-        row.update(hosts=count, rep=rep + 1, load1=load, sizes=sizes_of(run))
+        row.update(hosts=count, rep=rep + 1, load1=load, sizes=sizes_of(run), sarif=sarif_limits(run))
         rows.append(row)
         print("  %5d hosts, rep %d: %.2f s wall, %.2f s CPU, %.0f MiB peak process, %.0f MiB peak tree (load %.2f) %s" % (
             count, rep + 1, row["wall_s"], row["cpu_s"], row["peak_mib"], row["tree_peak_mib"], load, row["verdict"][:100]),
@@ -396,16 +406,17 @@ def one_size(count, repeat, workdir):
 
 def report(results):
     print("| hosts | filesystems | rep | wall s | CPU s | peak RSS of a process MiB | peak RSS of the tree MiB | load "
-          "| output MB | hosts/ MB | report.html MB | report.sarif MB | junit.xml MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| output MB | hosts/ MB | report.html MB | report.sarif MB | junit.xml MB | SARIF results | SARIF gzipped MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for result in results:
         for row in result["rows"]:
             sizes = row["sizes"]
-            print("| %d | %d | %d | %.2f | %.2f | %.0f | %.0f | %.2f | %.0f | %.0f | %.1f | %.1f | %.1f |" % (
+            print("| %d | %d | %d | %.2f | %.2f | %.0f | %.0f | %.2f | %.0f | %.0f | %.1f | %.1f | %.1f | %d%s | %.2f |" % (
                 result["hosts"], result["filesystems"], row["rep"], row["wall_s"], row["cpu_s"], row["peak_mib"],
                 row["tree_peak_mib"],
                 row["load1"], sum(sizes.values()) / 1e6, sizes["hosts/"] / 1e6, sizes.get("report.html", 0) / 1e6,
-                sizes.get("report.sarif", 0) / 1e6, sizes.get("junit.xml", 0) / 1e6))
+                sizes.get("report.sarif", 0) / 1e6, sizes.get("junit.xml", 0) / 1e6, row["sarif"]["results"],
+                " (cut)" if row["sarif"]["cut"] else "", row["sarif"]["gzipped"] / 1e6))
     xs = [r["hosts"] for result in results for r in result["rows"]]
     print()
     for key, unit in (("wall_s", "s"), ("cpu_s", "s"), ("peak_mib", "MiB"), ("tree_peak_mib", "MiB")):

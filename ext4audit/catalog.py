@@ -16,7 +16,7 @@ import string
 
 import msgspec
 
-from . import contract, engine, fact_paths, kernel_records, safe_yaml, severity_rank
+from . import contract, engine, fact_paths, kernel_records, mount_options, safe_yaml, severity_rank
 from .parsers import kernel_version
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,7 +36,7 @@ NEEDS = {"id": "upper-case letters, digits and _ (e.g. SITE_DATA_NOATIME)", "tag
          "confirmed_at": "a ratio above 1 (risky cost / safe cost)"}  # any other field: text
 OPERATORS = ("eq", "ne", "lt", "lte", "gt", "gte", "in", "contains", "present")
 COMPARISONS = ("eq", "ne", "lt", "lte", "gt", "gte")  # the operators that may compare two facts
-COMBINATORS = ("all", "any", "not", "kernel_issue", "kernel_records")
+COMBINATORS = ("all", "any", "not", "kernel_issue", "kernel_records", "fstab_options_refused")
 
 
 class CatalogError(ValueError):
@@ -44,11 +44,13 @@ class CatalogError(ValueError):
 
 
 class Catalog:
-    def __init__(self, rules, kernel_issues, records=None, site_rules=()):
+    def __init__(self, rules, kernel_issues, records=None, site_rules=(), removed_options=None):
         self.rules = rules
         self.site_rules = frozenset(site_rules)  # ids of the rules that come from site rule files
         self.kernel_issues = kernel_issues
         self.records = records  # kernel_records.load()'s result, for {kernel_records: CLASS}
+        # mount_options.load()'s result, for {fstab_options_refused: true} (None: the shipped file)
+        self.removed_options = removed_options
         self.by_id = dict((rule["id"], rule) for rule in rules)
 
 
@@ -61,8 +63,12 @@ def load(rules_dir=RULES_DIR, site_dirs=()):
         _check_issue(issue, index, issues_path)
         issues[issue["id"]] = issue
     try:
-        records = kernel_records.load()
+        records = kernel_records.shipped()
     except kernel_records.RecordsError as exc:
+        raise CatalogError(str(exc))
+    try:
+        removed_options = mount_options.shipped()
+    except mount_options.MountOptionsError as exc:
         raise CatalogError(str(exc))
     rules_path = os.path.join(rules_dir, "catalog.yml")
     rules = _rules_of(rules_path, issues, records["classes"])
@@ -86,7 +92,7 @@ def load(rules_dir=RULES_DIR, site_dirs=()):
                 rules[position[rid]] = rule
             else:
                 rules.append(rule)
-    return Catalog(rules, issues, records, site_defined)
+    return Catalog(rules, issues, records, site_defined, removed_options)
 
 
 def _site_files(site_dirs):
@@ -230,9 +236,13 @@ def _check_predicate(rid, scope, pred, issues, record_classes):
         elif kind == "not":
             _check_predicate(rid, scope, value, issues, record_classes)
         elif kind == "kernel_records":
-            if scope != "host" or value not in record_classes:
-                raise CatalogError("rule %s: kernel_records %r needs a host rule and one of the classes %s (%s)"
-                                   % (rid, value, record_classes, kernel_records.DATA_FILE))
+            if scope != "host" or value not in kernel_records.ACTIONS:
+                raise CatalogError("rule %s: kernel_records %r needs a host rule and one of the actions %s"
+                                   % (rid, value, ", ".join(kernel_records.ACTIONS)))
+        elif kind == "fstab_options_refused":
+            if scope != "filesystem" or value is not True:
+                raise CatalogError("rule %s: fstab_options_refused needs a filesystem rule and the value true, got %r"
+                                   % (rid, value))
         elif value not in issues:
             raise CatalogError("rule %s: unknown kernel issue %s" % (rid, value))
         return

@@ -210,6 +210,7 @@ def cmd_rules(args):
         # The highest level a finding can reach: by an escalate entry or by a probe confirmation.
         raised = [e["severity"] for e in rule.get("escalate") or []]
         raised += [rule["confirmation"]["escalate_to"]] if rule.get("confirmation") else []
+        raised += list(kernel_records.CLASS_SEVERITY.values()) if rule.get("severity_by_records") else []
         ceiling = max(raised, key=severity_rank, default=rule["severity"])
         escalation = " (up to %s)" % ceiling if severity_rank(ceiling) > severity_rank(rule["severity"]) else ""
         print("| `%s` | %s%s | %s | %s | %s | %s |" % (rule["id"], rule["severity"], escalation, rule["kind"],

@@ -42,6 +42,8 @@ PROBE_PLAN_SCHEMA = "ext4-fleet-audit/probe-plan/v1"
 KERNEL_GATE_SCHEMA = "ext4-fleet-audit/kernel-gate/v1"
 RULES_SCHEMA = "ext4-fleet-audit/rules/v1"
 KERNEL_RECORDS_SCHEMA = "ext4-fleet-audit/kernel-cna-records/v1"
+KERNEL_BRANCHES_SCHEMA = "ext4-fleet-audit/kernel-branches/v1"
+REMOVED_MOUNT_OPTIONS_SCHEMA = "ext4-fleet-audit/removed-mount-options/v1"
 
 HOST_STATUSES = ("audited", "unreachable", "failed")  # what roles/ext4_audit/tasks/facts.yml writes
 # A host's probe record (roles/chopper_probe/tasks/run.yml sets it from the probe's exit code):
@@ -310,6 +312,7 @@ class Policy(Struct):
     rules_skip: Optional[List[str]] = None
     severity_overrides: Optional[Object] = None
     capacity_limits: Optional[Dict[str, typing.Annotated[float, Meta(gt=0, le=1)]]] = None
+    kernel_no_fix_counts: Optional[bool] = None
 
 
 class ProbeSection(ProbeRun):
@@ -400,6 +403,17 @@ class BaselineDiff(Struct):
     hosts_not_compared: Optional[List[Object]] = None
 
 
+class KernelGroup(Struct):
+    """The hosts that share a kernel record finding: the kernel, the action and how many hosts."""
+    kernel: Optional[str]
+    upstream: Optional[str]
+    rule: RuleId
+    severity: Severity
+    action: str
+    hosts: int
+    sample: List[str]
+
+
 class Summary(Struct):
     """reports/<run>/summary.json: the verdict; written last, so its presence marks a complete run."""
     schema: Literal[SUMMARY_SCHEMA]
@@ -414,6 +428,7 @@ class Summary(Struct):
     expired_waivers: Optional[List[Object]] = None
     probe: Optional[SummaryProbe] = None
     baseline: Optional[BaselineDiff] = None
+    kernel_groups: Optional[List[KernelGroup]] = None
 
 
 # ------------------------------------------------------------------ findings index
@@ -480,6 +495,7 @@ class KernelGate(Struct):
     new_findings: List[GateFinding] = []
     failed_checks: List[str] = []
     kernel_records: Optional[Object] = None
+    mount_options: Optional[Object] = None  # kernel_gate.compare_mount_options
 
 
 # ------------------------------------------------------------------ waiver file (YAML)
@@ -536,6 +552,9 @@ class Rule(Struct, forbid_unknown_fields=True):
     tags: List[Name]
     seed: Optional[str] = None
     escalate: Optional[List[Escalation]] = None
+    # a {kernel_records: ACTION} rule whose finding takes its worst record's class severity
+    # (kernel_records.CLASS_SEVERITY), never below `severity`
+    severity_by_records: Optional[bool] = None
     confirmation: Optional[RuleConfirmation] = None
     overrides: Optional[bool] = None
 
@@ -549,19 +568,42 @@ class RuleFile(Struct, forbid_unknown_fields=True):
 # ------------------------------------------------------------------ kernel CNA records (data)
 class KernelRecord(Struct):
     """One record of the kernel CNA (ext4audit/kernel_records.py judges a kernel by it); the
-    file's `fields` say what introduced, backported_into, fixed and fixed_mainline mean. That
-    each release parses and sits in its branch is kernel_records.load's check."""
+    file's `fields` say what each field means. That each release parses and sits in its branch,
+    and that needs is a known feature, is kernel_records.load's check."""
     id: typing.Annotated[str, Meta(pattern=RECORD_ID_PATTERN)]
     title: Name
     kind: Name = msgspec.field(name="class")  # one of the file's classes
+    class_reason: Name  # the record's words that give the class (rules/kernel_record_classes.yml)
+    needs: Optional[Name]  # the feature it needs (kernel_records.RELEVANCE), null: any filesystem
     introduced: Optional[Name]
     backported_into: Dict[str, str]
     fixed: Dict[str, str]
     fixed_mainline: Optional[Name]
-    class_rule: Optional[int] = None
-    class_matched: Optional[str] = None
     program_files: List[str] = []
     fix_commits: List[str] = []
+
+
+class KernelBranch(Struct, forbid_unknown_fields=True):
+    """One upstream branch of rules/kernel_branches.yml: longterm, and `ended` with its last release."""
+    branch: Name
+    longterm: bool = False
+    ended: Optional[Name] = None
+
+
+class KernelVendor(Struct, forbid_unknown_fields=True):
+    """A vendor of rules/kernel_branches.yml: who it is, where its kernel advisories are, and
+    whether it maintains kernels on branches upstream ended."""
+    name: Name
+    advisories: Name
+    keeps_ended_branches: bool = False
+
+
+class KernelBranches(Struct, forbid_unknown_fields=True):
+    """rules/kernel_branches.yml: the reviewed table of upstream branches and vendors."""
+    schema: Literal[KERNEL_BRANCHES_SCHEMA]
+    reviewed: Name
+    branches: List[KernelBranch]
+    vendors: Dict[str, KernelVendor]
 
 
 class KernelRecords(Struct):
@@ -573,7 +615,25 @@ class KernelRecords(Struct):
     source: Optional[Object] = None
     selection: Optional[str] = None
     fields: Optional[Dict[str, str]] = None
-    class_rules: Optional[List[Dict[str, str]]] = None
+
+
+# ------------------------------------------------------------------ removed mount options (data)
+class RemovedMountOption(Struct, forbid_unknown_fields=True):
+    """Mount options that ext4 refuses from an upstream release on (ext4audit/mount_options.py
+    judges a kernel by it; that removed_in parses as a version is mount_options.load's check)."""
+    options: typing.Annotated[List[Name], Meta(min_length=1)]
+    removed_in: Name
+    commit: typing.Annotated[str, Meta(pattern=r"^[0-9a-f]{12,40}$")]
+    refused_as: Name
+    note: Name
+    references: typing.Annotated[List[typing.Annotated[str, Meta(pattern=r"^https://")]], Meta(min_length=1)]
+
+
+class RemovedMountOptions(Struct, forbid_unknown_fields=True):
+    """rules/removed_mount_options.yml: the ext4 mount options that kernels from a release on
+    refuse, so a filesystem whose fstab entry names one does not mount there."""
+    schema: Literal[REMOVED_MOUNT_OPTIONS_SCHEMA]
+    removed: List[RemovedMountOption]
 
 
 # ------------------------------------------------------------------ decoding
@@ -700,6 +760,8 @@ SCHEMAS = {
     "waivers.json": WaiverFile,
     "rules.json": RuleFile,
     "kernel-cna-records.json": KernelRecords,
+    "kernel-branches.json": KernelBranches,
+    "removed-mount-options.json": RemovedMountOptions,
 }
 SCHEMAS_DIR = os.path.join(ROOT, "schemas")
 

@@ -12,14 +12,15 @@ import operator
 import re
 from typing import Any, Container, Dict, Optional, Tuple
 
-from . import kernel_records, policy, severity_rank
+from . import kernel_records, mount_options, policy, severity_rank
 from .parsers import ext4_parsers, kernel_version
 
 _VERSION = re.compile(r"^\d+\.\d+")
 _DEFAULT_ON = {"user_xattr", "acl", "block_validity"}  # baked-in defaults not worth mentioning
-# The features mke2fs has given every ext4 since 1.41 (misc/mke2fs.conf.in); without them a
-# filesystem keeps ext2/ext3-era block maps, linear directories and a 2 TiB file limit.
-_EXT4_BASE_FEATURES = ("extent", "flex_bg", "dir_index", "huge_file")
+# The features of mke2fs's ext4 layout (misc/mke2fs.conf.in) that make it faster than ext2/ext3's:
+# without them a filesystem keeps block maps, scattered group metadata and linear directories.
+# (huge_file, in the same list, only lifts the 2 TiB file size limit: not a performance matter.)
+_EXT4_BASE_FEATURES = ("extent", "flex_bg", "dir_index")
 # Data directories of common databases: a filesystem mounted at one of these (or below) holds one.
 _DATABASE_DIRS = ("/var/lib/mysql", "/var/lib/mariadb", "/var/lib/postgresql", "/var/lib/pgsql",
                   "/var/lib/mongodb", "/var/lib/cassandra", "/var/lib/etcd", "/var/lib/redis",
@@ -204,6 +205,8 @@ def _compile(pred, catalog):
         return _compile_kernel_issue(pred["kernel_issue"], catalog.kernel_issues)
     if "kernel_records" in pred:
         return _compile_kernel_records(pred["kernel_records"], catalog.records)
+    if "fstab_options_refused" in pred:
+        return _compile_fstab_options_refused(catalog.removed_options)
     return _compile_fact(pred)
 
 
@@ -221,13 +224,12 @@ def _compile_kernel_issue(issue_id, kernel_issues):
     return test_issue
 
 
-def _compile_kernel_records(record_class, records):
-    """{kernel_records: CLASS} (host scope): the host's kernel lacks the fix of a record of this
-    class that matters on its ext4 filesystems. Evidence: kernel_records (the exact records, which
-    the message lists and a waiver may name), kernel_records_set_aside (not relevant, and why),
-    kernel_records_advisory (a backporting vendor's kernel, judged by its upstream base: these
-    never fire; with no exact record the result is None and the host report's undetermined lists
-    them with the reason)."""
+def _compile_kernel_records(action, records):
+    """{kernel_records: ACTION} (host scope): the host's kernel lacks fixes that ACTION
+    (kernel_records.ACTIONS) closes and that matter on its ext4 filesystems. Evidence:
+    kernel_records (the exact records, which the message sums up and a waiver may name),
+    kernel_action (the action and the kernel, for the message), kernel_records_set_aside (not
+    relevant, and why). A kernel that cannot be judged at all makes the result None."""
     def test_records(context, evidence, missing, issues):
         kernel = context.get("kernel") or {}
         if "kernel_records" not in issues:
@@ -240,40 +242,60 @@ def _compile_kernel_records(record_class, records):
         # What follows depends only on the kernel's records and on which of the features they need
         # the host uses: worked out once per kernel and feature use, kept with the kernel's issues.
         in_use = kernel_records.FeaturesInUse(filesystems)
-        needed = issues.get(("kernel_records needs", record_class))
+        needed = issues.get(("kernel_records needs", action))
         if needed is None:
-            needed = issues[("kernel_records needs", record_class)] = sorted(set(
-                item["needs"] for item in items if item["class"] == record_class and item["needs"]))
-        key = ("kernel_records", record_class, bool(filesystems), tuple(in_use[feature] for feature in needed))
+            needed = issues[("kernel_records needs", action)] = sorted(set(
+                item["needs"] for item in items if item["action"] == action and item["needs"]))
+        key = ("kernel_records", action, bool(filesystems), tuple(in_use[feature] for feature in needed))
         if key not in issues:
-            issues[key] = _judge_records(items, record_class, filesystems, in_use)
-        result, found, why_missing = issues[key]
+            issues[key] = _judge_records(items, action, kernel, filesystems, in_use)
+        result, found = issues[key]
         evidence.update(found)  # (lists shared by the hosts of the key: read only, as a waiver replaces them)
-        missing.extend(why_missing)
         return result
     return test_records
 
 
-def _judge_records(items, record_class, filesystems, in_use):
-    """(result, evidence, missing) of a {kernel_records: CLASS} predicate (see _compile_kernel_records)."""
-    exact, advisory, aside = [], [], []
+_RECORD_FIELDS = ("id", "title", "class", "fixed_in", "fixed_mainline", "link")
+_KERNEL_FIELDS = ("release", "upstream", "vendor", "backports", "notes")  # what kernel_records.action_text reads
+
+
+def _judge_records(items, action, kernel, filesystems, in_use):
+    """(result, evidence) of a {kernel_records: ACTION} predicate (see _compile_kernel_records)."""
+    found, aside = [], []
     for item in items:
-        if item["class"] != record_class or not filesystems:
+        if item["action"] != action or not filesystems:
             continue
         why = kernel_records.set_aside(item, in_use)
         if why:
             aside.append("%s: %s" % (item["id"], why))
         else:
-            (advisory if item["advisory"] else exact).append(item)
-    evidence = {"kernel_records": [dict((k, item[k]) for k in ("id", "title", "fixed_in", "fixed_mainline", "link"))
-                                   for item in exact]}
+            found.append(item)
+    # an advisory record's reason ("judged as 5.14.0") would mislead for a kernel far ahead of its base
+    fields = _RECORD_FIELDS if action != "advisory" else ("id", "title", "class", "fixed_mainline", "link")
+    evidence = {"kernel_records": [dict((k, item[k]) for k in fields) for item in found],
+                "kernel_action": {"action": action, "kernel": dict((k, kernel.get(k)) for k in _KERNEL_FIELDS)}}
     if aside:
         evidence["kernel_records_set_aside"] = aside
-    if advisory:
-        evidence["kernel_records_advisory"] = ["%s: %s" % (item["id"], item["reason"]) for item in advisory]
-        if not exact:
-            return None, evidence, ["kernel_records %s (%s)" % (item["id"], item["reason"]) for item in advisory]
-    return bool(exact), evidence, []
+    return bool(found), evidence
+
+
+def _compile_fstab_options_refused(removed_options):
+    """{fstab_options_refused: true} (filesystem rules): the filesystem's fstab entry names an option
+    that the kernel refuses (rules/removed_mount_options.yml), so its next mount fails. Evidence:
+    fstab_options_refused (each option, the release that removed it and the commit) and
+    fstab_options_unknown (options a backporting vendor's kernel may refuse: with none refused,
+    the result is None and the reason is in missing). No fstab entry: False."""
+    def test_refused(context, evidence, missing, issues):
+        fstab = (context.get("fs") or {}).get("fstab") or {}
+        refused, unknown = mount_options.refused(fstab.get("options"), context.get("kernel"), removed_options)
+        evidence["fstab_options_refused"] = refused
+        if unknown:
+            evidence["fstab_options_unknown"] = ["%s: %s" % (item["option"], item["why"]) for item in unknown]
+            if not refused:
+                missing.extend("fstab_options_refused %s (%s)" % (item["option"], item["why"]) for item in unknown)
+                return None
+        return bool(refused)
+    return test_refused
 
 
 def _compile_fact(pred):
@@ -470,8 +492,11 @@ _FIELDS = {
     "disk": lambda f: (f.fs.get("queue") or {}).get("device"),
 }
 _USE_SOURCE_TEXT = {"statvfs": "live counts, statvfs", "superblock": "the image's superblock"}
-# Fields that depend on the rule, from its evidence: {kernel_records} lists the open records.
-_EVIDENCE_FIELDS = {"kernel_records": lambda evidence: kernel_records.describe(evidence.get("kernel_records") or [])}
+# Fields that depend on the rule, from its evidence: {kernel_action} says what closes the open
+# records, {fstab_options_refused} the fstab options the kernel refuses.
+_EVIDENCE_FIELDS = {"kernel_action": kernel_records.describe,
+                    "fstab_options_refused": lambda evidence: mount_options.describe(
+                        evidence.get("fstab_options_refused") or [])}
 MESSAGE_FIELDS = frozenset(_FIELDS) | frozenset(_EVIDENCE_FIELDS)  # the placeholders a message may name (checked at catalog load)
 
 
@@ -531,6 +556,9 @@ def evaluate_host(facts: dict, catalog: Any, skip: Container[str] = (),
                 if step_test(context, {}, [], issues) and severity_rank(step["severity"]) > severity_rank(severity):
                     severity, because = step["severity"], step["because"].format_map(fields).strip()
                     break
+            if rule.get("severity_by_records"):
+                severity, because = kernel_records.class_severity(evidence["kernel_records"], rule["severity"])
+                evidence["kernel_action"] = dict(evidence["kernel_action"], by_class=True)  # (a waiver recounts)
             findings.append(dict(
                 where,
                 rule=rule_id, title=rule["title"], severity=severity,

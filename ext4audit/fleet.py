@@ -77,8 +77,10 @@ def build_host_report(record, catalog, waivers, run_id, now, probes=None, plan=N
         findings, undetermined, passed = engine.evaluate_host(facts, catalog, skipped, policy["capacity_limits"])
         if probes is not None:
             probe.confirm(findings, section, catalog.by_id)
-        policy_mod.override(findings, policy["severity_overrides"])  # the site's word is the last
+        # waivers first: a waiver that takes records out of a kernel finding lowers its severity with
+        # them, and the site's word on severities is the last
         expired = waivers_mod.apply(findings, waivers, host, report["groups"], now)
+        policy_mod.override(findings, policy["severity_overrides"], policy["kernel_no_fix_counts"])
         report.update(kernel=facts["kernel"], filesystems=facts["filesystems"], netfs=facts["netfs"],
                       not_audited=facts.get("not_audited") or [],
                       findings=findings, undetermined=undetermined, passed=passed,
@@ -144,6 +146,10 @@ def run_shard(number, paths, first_index):
                     started.add(name)
             index.write(b"," + baseline_mod.index_entry(report) if offset else baseline_mod.index_entry(report))
             digests.append(digest)
+        for name, writer, handle in outputs:
+            piece = writer.shard_end()
+            if piece:
+                handle.write(writer.separator + piece if name in started else piece)
     finally:
         index.close()
         for _, _, handle in outputs:

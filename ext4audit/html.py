@@ -483,6 +483,7 @@ def write_page(out, summary, digests, write_sections, catalog=None, run_dir=None
     template = _environment().get_template("report.html.j2")
     page = "".join(template.generate(
             summary=summary, fleet_rows=Markup(fleet_rows(digests)), statuses=[d["status"] for d in digests],
+            kernel_group_rows=reports.KERNEL_GROUP_ROWS,
             own_policy=sum(1 for d in digests if d["row"]["fail_on"] != summary["policy"]["fail_on"]),
             sections=Markup(_SECTIONS),
             hidden=sum(1 for d in digests if not d["section"]), glossary=glossary,

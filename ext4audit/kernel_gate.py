@@ -16,7 +16,11 @@ Fails when any of these holds (each a check with its numbers in the report):
 - kernel records: the candidate's kernel lacks the fix of a kernel CNA record (ext4/jbd2, from
   kernel_records) that the baseline's kernel did not lack, and the record's class is one of
   `record_fail_classes`; records judged only as an advisory (vendor kernels that backport, rcs
-  at a boundary) are listed but never fail.
+  at a boundary) are listed but never fail;
+- fstab options: an fstab entry of either host's filesystems (the same machine image) names a
+  mount option that the candidate's kernel refuses (rules/removed_mount_options.yml): that
+  filesystem would not mount after the upgrade. Options a backporting vendor's kernel may refuse
+  are listed, never failing.
 Incomplete (exit 2) when either side has no usable probe result or they used different plans.
 """
 
@@ -24,7 +28,7 @@ import math
 
 import numpy as np
 
-from . import contract, kernel_records, probe, severity_rank
+from . import contract, kernel_records, mount_options, probe, severity_rank
 
 SCHEMA = contract.KERNEL_GATE_SCHEMA
 DEFAULTS = {"alpha": 0.01, "min_effect": 0.3, "dspan_tolerance": 0.10, "tail_tolerance": 0.10,
@@ -175,6 +179,38 @@ def compare_records(doc, baseline_report, candidate_report, policy):
     return result
 
 
+def compare_mount_options(baseline_report: dict, candidate_report: dict, removed: dict = None) -> dict:
+    """The fstab options of both hosts' filesystems that the candidate's kernel refuses
+    (mount_options.refused): `refused` (each with the host role whose report has the entry, its
+    mount point and fstab line), `unknown` (a backporting vendor's candidate may refuse them, with
+    why), and `not_compared` (why nothing was compared: no candidate kernel) or None. An entry in
+    both reports (the same mount point and option) is listed once, from the baseline."""
+    result = {"refused": [], "unknown": [], "not_compared": None}
+    kernel = (candidate_report or {}).get("kernel")
+    if not kernel:
+        result["not_compared"] = "no candidate host report with its kernel"
+        return result
+    seen = set()
+    for role, report in (("baseline", baseline_report), ("candidate", candidate_report)):
+        for fs in (report or {}).get("filesystems") or []:
+            fstab = fs.get("fstab") or {}
+            refused, unknown = mount_options.refused(fstab.get("options"), kernel, removed)
+            for key, items in (("refused", refused), ("unknown", unknown)):
+                for item in items:
+                    if (fs.get("mountpoint"), item["option"]) not in seen:
+                        seen.add((fs.get("mountpoint"), item["option"]))
+                        result[key].append(dict(item, host=role, mountpoint=fs.get("mountpoint"),
+                                                line=fstab.get("line")))
+    return result
+
+
+def _refused_check(item: dict, kernel: str) -> str:
+    """The failed check of an fstab option the candidate refuses."""
+    return ("fstab option %s on %s (%s fstab line %s) is refused by the candidate kernel %s (removed in %s, %s): "
+            "the filesystem would not mount" % (item["option"], item["mountpoint"], item["host"], item["line"],
+                                                kernel, item["removed_in"], item["commit"]))
+
+
 def evaluate(baseline, candidate, plan_ids, policy=None, records=None):
     """baseline/candidate: {"host", "record" (probe record), "report" (host report)}.
     plan_ids: (baseline plan seed/runs/level set, candidate's) - they must match.
@@ -185,7 +221,8 @@ def evaluate(baseline, candidate, plan_ids, policy=None, records=None):
             "dspan": None, "allocator": [], "confirmations": [], "new_findings": [], "failed_checks": [],
             # listed even when the probe comparison is incomplete: it needs only the host reports
             "kernel_records": compare_records(records or kernel_records.load(), baseline["report"],
-                                              candidate["report"], policy)}
+                                              candidate["report"], policy),
+            "mount_options": compare_mount_options(baseline["report"], candidate["report"])}
     try:
         if plan_ids[0] != plan_ids[1]:
             raise GateInputError("the two sides ran different plans: %s vs %s" % plan_ids)
@@ -203,6 +240,7 @@ def evaluate(baseline, candidate, plan_ids, policy=None, records=None):
     failed += ["new finding %s on %s" % (f["rule"], f["mountpoint"]) for f in gate["new_findings"]]
     failed += ["new kernel record %s (%s): %s" % (r["id"], r["class"], r["reason"])
                for r in gate["kernel_records"]["new"] if r["fails"]]
+    failed += [_refused_check(item, gate["candidate"]["kernel"]) for item in gate["mount_options"]["refused"]]
     gate["failed_checks"] = failed
     gate["verdict"] = "fail" if failed else "pass"
     gate["reason"] = "; ".join(failed) if failed else "no regression beyond the tolerances"
@@ -240,7 +278,20 @@ def markdown(gate, escape):
                                                      escape(row["detail"])))
     for finding in gate["new_findings"]:
         lines.append("- FAIL new finding %s on %s" % (finding["rule"], escape(finding["mountpoint"] or "-")))
-    return "\n".join(lines + _records_markdown(gate, escape)) + "\n"
+    return "\n".join(lines + _mount_options_markdown(gate, escape) + _records_markdown(gate, escape)) + "\n"
+
+
+def _mount_options_markdown(gate, escape):
+    """The fstab options the candidate refuses (a failure) or may refuse (listed); nothing when none."""
+    options = gate.get("mount_options") or {}
+    lines = []
+    for item in options.get("refused") or []:
+        lines.append("- FAIL " + escape(_refused_check(item, gate["candidate"]["kernel"])))
+    for item in options.get("unknown") or []:
+        lines.append("- fstab option %s on %s (%s fstab line %s) may be refused by the candidate: %s" % (
+            escape(item["option"]), escape(item["mountpoint"] or "-"), item["host"], escape(str(item["line"])),
+            escape(item["why"])))
+    return ["", "### fstab options and the candidate kernel", ""] + lines if lines else []
 
 
 RECORD_LISTS = (("new", "New in the candidate"), ("carried", "Still carried by the candidate"),

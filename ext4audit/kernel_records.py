@@ -1,22 +1,39 @@
-"""Which ext4 and jbd2 fixes a host's kernel still lacks, by the kernel CNA's own records.
+"""Which ext4 and jbd2 fixes a host's kernel still lacks, by the kernel CNA's own records, and
+what the host's owner can do about each.
 
 The data is rules/kernel_cna_records.json, made by tools/kernel_records.py from the CNA's
-`vulns` repository (its header says which fields mean what). A host's kernel is judged by its
-upstream version (module_utils/kernel_version.identify): exactly for kernels that carry an
-upstream stable version (mainline, Debian, Amazon, Ubuntu with /proc/version_signature), and as
-an advisory for kernels that do not (RHEL, Alibaba and SUSE backport fixes under their own
-release numbers; Ubuntu without version_signature): these are judged by their upstream base and
-every item says why it is only advisory.
+`vulns` repository (its header says which fields mean what), and rules/kernel_branches.yml, a
+reviewed table of the upstream branches that ended and of the vendors' advisory pages. A host's
+kernel is judged by its upstream version (module_utils/kernel_version.identify): exactly for
+kernels that carry an upstream stable version (mainline, Debian, Amazon, Ubuntu with
+/proc/version_signature), and as an advisory for kernels that do not (RHEL, Alibaba and SUSE
+backport fixes under their own release numbers; Ubuntu without version_signature).
+
+Each open record gets one of three ACTIONS, what fixes it:
+- upgrade: a later release of the host's own stable branch has the fix;
+- no_fix_in_branch: the branch has no fix (a newer branch has);
+- advisory: the version cannot tell (a vendor that backports under its own numbers, a vendor
+  kernel on a branch upstream ended, a release candidate at a boundary): the vendor's advisories can.
 """
 
+import functools
 import json
 import os
 import re
+from typing import Callable, Dict, List, Optional, Tuple
 
-from . import contract
-from .parsers import kernel_version
+from . import contract, safe_yaml, severity_rank
+from .parsers import ext4_parsers, kernel_version
 
 DATA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rules", "kernel_cna_records.json")
+BRANCHES_FILE = os.path.join(os.path.dirname(DATA_FILE), "kernel_branches.yml")
+ACTIONS = ("upgrade", "no_fix_in_branch", "advisory")
+# The severity a record's class stands for (the worst one decides an action's severity): data
+# written wrong or lost is high; a crash, an oops from a memory-safety bug, medium (availability and
+# what was not yet committed); a hang (visible, needs a narrow interleaving) or a leak, low; the rest
+# (wrong error codes, warnings without a known effect) info.
+CLASS_SEVERITY = {"data corruption": "high", "crash/BUG": "medium", "memory safety": "medium",
+                  "hang/deadlock": "low", "leak": "low", "other": "info"}
 MAX_DATA_BYTES = 16 << 20  # 157 records take some 110 KiB
 SINCE_THE_START = "since the start"
 LINK = "https://nvd.nist.gov/vuln/detail/%s"
@@ -27,9 +44,10 @@ class RecordsError(ValueError):
     """The data file cannot be used; the message names the file and the field."""
 
 
-def load(path=DATA_FILE):
+def load(path: str = DATA_FILE, branches_path: str = BRANCHES_FILE) -> dict:
     """The data file as a dict, decoded through contract.KernelRecords, then checked: every
-    release the matching compares must parse and sit in its branch."""
+    release the matching compares must parse and sit in its branch. Its "branches" key holds
+    load_branches(branches_path)'s result."""
     try:
         with open(path, "rb") as handle:
             data = handle.read(MAX_DATA_BYTES + 1)
@@ -46,12 +64,29 @@ def load(path=DATA_FILE):
         raise RecordsError("%s: not JSON: %s" % (path, exc))
     for index, record in enumerate(doc["records"]):
         _check(record, "%s: records[%d]" % (path, index), doc["classes"])
+    unknown = sorted(set(doc["classes"]) - set(CLASS_SEVERITY))
+    if unknown:
+        raise RecordsError("%s: classes %s have no severity in kernel_records.CLASS_SEVERITY" % (path, unknown))
+    doc["branches"] = load_branches(branches_path)
+    doc["last_seen"] = _last_seen(doc["records"])
     return doc
+
+
+def _last_seen(records: List[dict]) -> Dict[str, str]:
+    """{branch: the newest release any record names in it}: how far the data follows each branch."""
+    newest = {}
+    for record in records:
+        for branch, release in list(record["fixed"].items()) + list(record["backported_into"].items()):
+            if branch not in newest or _before(newest[branch], release):
+                newest[branch] = release
+    return newest
 
 
 def _check(record, where, classes):
     if record["class"] not in classes:
         raise RecordsError("%s.class %r is not one of %s" % (where, record["class"], classes))
+    if record["needs"] is not None and record["needs"] not in RELEVANCE:
+        raise RecordsError("%s.needs %r is not one of %s" % (where, record["needs"], ", ".join(sorted(RELEVANCE))))
     releases = [("introduced", record["introduced"]), ("fixed_mainline", record["fixed_mainline"])]
     for field in ("backported_into", "fixed"):
         for branch, release in record[field].items():
@@ -66,6 +101,42 @@ def _check(record, where, classes):
                 raise RecordsError("%s.%s: %s" % (where, field, exc))
     if record["introduced"] is None and not record["backported_into"]:
         raise RecordsError("%s: neither introduced nor backported_into says where the bug is" % where)
+
+
+def load_branches(path: str = BRANCHES_FILE) -> dict:
+    """rules/kernel_branches.yml decoded through contract.KernelBranches and checked (a branch is
+    x.y, its last release sits in it, a vendor is one kernel_version knows), as
+    {"ended": {branch: last release}, "longterm": [maintained longterm branches, oldest first],
+    "vendors": {vendor: {name, advisories, keeps_ended_branches}}}."""
+    try:
+        doc = safe_yaml.load(path)
+        contract.check(doc, contract.KernelBranches, path)
+    except OSError as exc:
+        raise RecordsError("cannot read %s: %s" % (path, exc))
+    except (safe_yaml.Error, ValueError, RecursionError) as exc:  # (ContractError is a ValueError)
+        raise RecordsError("%s: %s" % (path, exc))
+    ended, longterm = {}, []
+    for index, entry in enumerate(doc["branches"]):
+        where = "%s: branches[%d]" % (path, index)
+        branch = entry["branch"]
+        if not re.match(r"^\d+\.\d+$", branch) or branch in ended or branch in longterm:
+            raise RecordsError("%s.branch %r is not a branch like 6.1, or is listed twice" % (where, branch))
+        if entry.get("ended") is not None:
+            if _series(entry["ended"]) != branch:
+                raise RecordsError("%s.ended %r is not a release of %s" % (where, entry["ended"], branch))
+            ended[branch] = entry["ended"]
+        elif entry.get("longterm"):
+            longterm.append(branch)
+    for vendor in doc["vendors"]:
+        if vendor not in kernel_version.VENDORS:
+            raise RecordsError("%s: vendors.%s is not one of %s" % (path, vendor, ", ".join(kernel_version.VENDORS)))
+    longterm.sort(key=_branch_key)
+    return {"ended": ended, "longterm": longterm, "vendors": doc["vendors"]}
+
+
+def _branch_key(branch: str) -> Tuple[int, int]:
+    major, minor = branch.split(".")
+    return int(major), int(minor)
 
 
 def _series(version):
@@ -128,18 +199,31 @@ def _judged_version(kernel):
                                                        series))
 
 
+def ended_branch(doc: dict, kernel: dict) -> Optional[str]:
+    """Why a branch-less record is only advisory on this kernel, or None: the kernel's upstream
+    branch ended, and its vendor keeps maintaining kernels on it (rules/kernel_branches.yml)."""
+    branch = _series(kernel.get("upstream"))
+    last = doc["branches"]["ended"].get(branch)
+    vendor = doc["branches"]["vendors"].get(kernel.get("vendor")) or {}
+    if last is None or not vendor.get("keeps_ended_branches"):
+        return None
+    return "upstream %s.y ended at %s; %s backports fixes to its %s kernels" % (branch, last, vendor["name"], branch)
+
+
 def open_records(doc, kernel):
     """The records whose fix has not reached this kernel, in the data file's order.
 
     doc: load()'s result; kernel: identify()'s result. Each item: id, title, class, fixed_in
-    (first fixed release of the kernel's branch, or None), fixed_mainline, reason, advisory
-    (True when the kernel's upstream version is not exact, or for an rc at a boundary), link.
+    (first fixed release of the kernel's branch, or None), fixed_mainline, reason, action (one
+    of ACTIONS), advisory (action == "advisory": the kernel's upstream version is not exact, the
+    vendor keeps an ended branch, or an rc at a boundary), link, needs (RELEVANCE's feature).
     None when the kernel's version cannot be told at all (unrecognised release string).
     """
     judged = _judged_version(kernel or {})
     if judged is None:
         return None
     version, advisory = judged
+    ended = None if advisory else ended_branch(doc, kernel or {})
     items = []
     for record in doc["records"]:
         verdict = judge(record, version)
@@ -147,38 +231,159 @@ def open_records(doc, kernel):
             continue
         fixed_in, reason, rc_note = verdict
         notes = [note for note in (advisory, rc_note) if note]
+        if not notes and fixed_in is None and ended:
+            notes = [ended]
         if notes:
             reason = "advisory (%s): %s" % ("; ".join(notes), reason.replace("host runs", "judged as"))
+            action = "advisory"
+        else:
+            action = "upgrade" if fixed_in else "no_fix_in_branch"
         items.append({
             "id": record["id"], "title": record["title"], "class": record["class"],
             "fixed_in": fixed_in, "fixed_mainline": record["fixed_mainline"], "reason": reason,
-            "advisory": bool(notes), "link": LINK % record["id"], "needs": needed_feature(record["title"]),
+            "action": action, "advisory": action == "advisory", "link": LINK % record["id"],
+            "needs": needed_feature(record),
         })
     return items
 
 
-# Records that matter only where a feature is in use, told by a keyword of their title (reviewed
-# against the 157 titles: every fast-commit one names fast_commit, fast-commit or an fc_ function,
-# every inline-data one says inline, every quota one says quota). feature: what the finding names;
-# in_use(features, options): one filesystem's superblock features and mount options. A title
-# without a keyword applies to every ext4 filesystem.
+def worst_class(items: List[dict]) -> Optional[str]:
+    """The class of items whose CLASS_SEVERITY is highest (the first such in CLASS_SEVERITY's order)."""
+    classes = set(item["class"] for item in items)
+    return max((c for c in CLASS_SEVERITY if c in classes), key=lambda c: severity_rank(CLASS_SEVERITY[c]),
+               default=None)
+
+
+def class_severity(items: List[dict], floor: str) -> Tuple[str, Optional[str]]:
+    """(severity, why) of a finding whose severity comes from its records: the worst record's
+    class's CLASS_SEVERITY, never below floor (the rule's own severity); why is None at the floor."""
+    worst = worst_class(items)
+    severity = CLASS_SEVERITY[worst] if worst else floor
+    if severity_rank(severity) <= severity_rank(floor):
+        return floor, None
+    return severity, "its records include %s fixes (%s)" % (worst, severity)
+
+
+def _count(items: List[dict], what: str = "records") -> str:
+    """"12 records (2 of them data corruption)", "3 records (all crash/BUG)", "1 record (leak)";
+    what: the words after the number ("records fixed upstream")."""
+    worst = worst_class(items)
+    of_worst = sum(item["class"] == worst for item in items)
+    if len(items) == 1:
+        return "1 %s (%s)" % (what.replace("records", "record", 1), worst)
+    return "%d %s (%s %s)" % (len(items), what, "all" if of_worst == len(items) else "%d of them" % of_worst, worst)
+
+
+def _release_key(release: str):
+    return kernel_version._upstream_key(release)
+
+
+def nearest_branch(doc: dict, branch: Optional[str], items: List[dict]) -> Optional[Tuple[str, str]]:
+    """(branch, release) of the oldest maintained branch at or after `branch` whose newest release
+    the data knows has the fix of every item: a longterm branch that has not ended, or else the
+    newest stable series the records name. None when none has them all yet."""
+    last_seen = doc["last_seen"]
+    newest = max(last_seen, key=_branch_key) if last_seen else None
+    candidates = [b for b in doc["branches"]["longterm"] if b in last_seen]
+    if newest and newest not in candidates:
+        candidates.append(newest)
+    if branch and re.match(r"^\d+\.\d+$", branch):
+        candidates = [b for b in candidates if _branch_key(b) >= _branch_key(branch) and b != branch]
+    by_id = dict((record["id"], record) for record in doc["records"])
+    for candidate in candidates:
+        release = last_seen[candidate]
+        if all(item["id"] in by_id and judge(by_id[item["id"]], release) is None for item in items):
+            return candidate, release
+    return None
+
+
+def action_text(doc: dict, kernel: dict, action: str, items: List[dict]) -> str:
+    """What the host's owner reads for one action over its open records (items, open_records'
+    items of that action): the one sentence of the finding's message after the kernel's name."""
+    if not items:
+        return "no open record"
+    if action == "upgrade":
+        target = max((item["fixed_in"] for item in items), key=_release_key)
+        return "upgrade to a kernel based on %s or later: closes %s" % (target, _count(items))
+    branch = _series(kernel.get("upstream")) or _series(kernel.get("release"))
+    if action == "no_fix_in_branch":
+        last = doc["branches"]["ended"].get(branch)
+        ended = " (the branch ended at %s)" % last if last else ""
+        nearest = nearest_branch(doc, branch, items)
+        if nearest:
+            where = "the nearest maintained branch with every fix is %s (%s or later)" % nearest
+        else:
+            mainline = [item["fixed_mainline"] for item in items if item["fixed_mainline"]]
+            where = ("no maintained branch has every fix yet; mainline has them from %s"
+                     % max(mainline, key=_release_key) if mainline else "no upstream fix yet")
+        return "no upstream fix in the %s branch%s for %s; %s" % (branch, ended, _count(items), where)
+    vendor = doc["branches"]["vendors"].get(kernel.get("vendor")) or {}
+    why = ended_branch(doc, kernel) if not kernel.get("backports") and kernel.get("upstream") else None
+    if why is None:
+        why = "%s kernels backport fixes under their own release numbers" % (vendor.get("name") or kernel.get("vendor") or "its vendor's")
+        if not kernel.get("upstream"):
+            why = "its upstream version is unknown (%s)" % ("; ".join(kernel.get("notes") or []) or "no note")
+    source = ("; check them in %s's advisories: %s" % (vendor["name"], vendor["advisories"])
+              if vendor.get("advisories") else "")
+    return "%s: %s cannot be judged from the version%s" % (why, _count(items, "records fixed upstream"), source)
+
+
+# The features a record may need (its `needs`, reviewed record by record in
+# rules/kernel_record_classes.yml): feature -> in_use(fs), whether one ext4 filesystem (its facts:
+# the superblock as dumpe2fs prints it, features by the names dumpe2fs gives them, and the mount
+# options in effect) uses it. Only called for a filesystem whose superblock was read.
 _QUOTA_OPTIONS = ("quota", "usrquota", "grpquota", "prjquota", "usrjquota", "grpjquota")
-RELEVANCE = (
-    (re.compile(r"fast[_ -]commit|\bfc_|_fc_", re.I), "fast_commit",
-     lambda features, options: "fast_commit" in features),
-    (re.compile(r"inline", re.I), "inline_data", lambda features, options: "inline_data" in features),
-    (re.compile(r"quota", re.I), "quota",
-     lambda features, options: bool({"quota", "project"} & features)
-     or any(option.split("=")[0] in _QUOTA_OPTIONS for option in options)),
-)
+_DAX_ON = (True, "always", "inode")  # dax (the old spelling of dax=always), dax=always, dax=inode
 
 
-_IN_USE = dict((feature, in_use) for _, feature, in_use in RELEVANCE)
+def _has(feature: str) -> Callable[[dict], bool]:
+    return lambda fs: feature in (fs["superblock"].get("features") or ())
 
 
-def needed_feature(title):
-    """The feature (RELEVANCE) a record's title says it matters with, or None: every ext4 filesystem."""
-    return next((feature for keyword, feature, _ in RELEVANCE if keyword.search(title)), None)
+def _options(fs: dict) -> dict:
+    return ext4_parsers.option_map(fs.get("options") or ())
+
+
+def _quota_in_use(fs: dict) -> bool:
+    features = set(fs["superblock"].get("features") or ())
+    return bool({"quota", "project"} & features) or any(_options(fs).get(name) for name in _QUOTA_OPTIONS)
+
+
+def _encrypt_in_use(fs: dict) -> bool:
+    # inlinecrypt alone reaches fscrypt's I/O path (CVE-2022-50277 needs no encrypt feature).
+    options = _options(fs)
+    return _has("encrypt")(fs) or bool(options.get("inlinecrypt")) or "test_dummy_encryption" in options
+
+
+def _dax_in_use(fs: dict) -> bool:
+    # Without a dax option, files with the DAX attribute use DAX on a DAX-capable (pmem) device.
+    dax = _options(fs).get("dax")
+    if dax is None:
+        disk = (fs.get("queue") or {}).get("device") or os.path.basename(fs.get("device") or "")
+        return disk.startswith("pmem")
+    return dax in _DAX_ON
+
+
+def _mb_optimize_scan_in_use(fs: dict) -> bool:
+    # The kernel prints mb_optimize_scan only when it differs from its group-count default.
+    option = _options(fs).get("mb_optimize_scan")
+    if option is not None:
+        return option == "1"
+    return ext4_parsers.default_mb_optimize_scan(fs["superblock"]) is not False
+
+
+RELEVANCE = {
+    "fast_commit": _has("fast_commit"), "inline_data": _has("inline_data"), "quota": _quota_in_use,
+    "encrypt": _encrypt_in_use, "casefold": _has("casefold"), "verity": _has("verity"),
+    "bigalloc": _has("bigalloc"), "ea_inode": _has("ea_inode"), "mmp": _has("mmp"),
+    "orphan_file": _has("orphan_file"), "dax": _dax_in_use, "mb_optimize_scan": _mb_optimize_scan_in_use,
+}
+
+
+def needed_feature(record: dict) -> Optional[str]:
+    """The feature (RELEVANCE) a record matters with, as reviewed, or None: every ext4 filesystem
+    (also for a record built without the field, as the kernel gate's tests do)."""
+    return record.get("needs")
 
 
 class FeaturesInUse(dict):
@@ -190,10 +395,8 @@ class FeaturesInUse(dict):
         self.filesystems = filesystems
 
     def __missing__(self, feature):
-        in_use = _IN_USE[feature]
-        self[feature] = used = any(not fs.get("superblock")
-                                   or in_use(set(fs["superblock"].get("features") or ()), fs.get("options") or ())
-                                   for fs in self.filesystems)
+        in_use = RELEVANCE[feature]
+        self[feature] = used = any(not fs.get("superblock") or in_use(fs) for fs in self.filesystems)
         return used
 
 
@@ -206,14 +409,25 @@ def set_aside(item, in_use):
     return "%s is not enabled on any ext4 filesystem of the host" % feature
 
 
-def describe(items):
-    """One line for a finding's message: each record's id and where its fix is. Its title and
-    link are in the finding's evidence (kernel_records), not here: with them, a finding's message
-    was some 1 KiB, written again in every format of every host."""
-    return "; ".join("%s (%s)" % (item["id"], _fixed_text(item)) for item in items)
+def describe(evidence: dict) -> str:
+    """The {kernel_action} of a finding's message, from its evidence: kernel_action (the action,
+    the kernel) and kernel_records (the records still open, after any waiver)."""
+    action = evidence.get("kernel_action") or {}
+    kernel = action.get("kernel") or {}
+    items = tuple((item["id"], item["class"], item.get("fixed_in"), item.get("fixed_mainline"))
+                  for item in evidence.get("kernel_records") or [])
+    return _described(action.get("action"), tuple((k, tuple(v) if isinstance(v, list) else v)
+                                                  for k, v in sorted(kernel.items())), items)
 
 
-def _fixed_text(item):
-    if item["fixed_in"]:
-        return "first fixed in %s" % item["fixed_in"]
-    return "no fix in this branch" + (", mainline %s" % item["fixed_mainline"] if item["fixed_mainline"] else "")
+@functools.lru_cache(maxsize=4096)  # the hosts of a fleet share a few kernels: one sentence each
+def _described(action, kernel, items):
+    kernel = dict((k, list(v) if isinstance(v, tuple) else v) for k, v in kernel)
+    return action_text(shipped(), kernel, action, [dict(zip(("id", "class", "fixed_in", "fixed_mainline"), item))
+                                                   for item in items])
+
+
+@functools.lru_cache(maxsize=1)
+def shipped() -> dict:
+    """load() of the shipped data files, once per process (what catalog.load() judges by)."""
+    return load()

@@ -39,6 +39,7 @@ def document(summary, host_reports):
     if len(rows) < len(summary["hosts"]):
         lines += ["", "The %d hosts most in need of attention of %d; every host is in summary.json, report.html "
                   "and hosts/." % (len(rows), len(summary["hosts"]))]
+    lines += _kernel_group_lines(summary.get("kernel_groups") or [])
     if summary.get("baseline") is not None:
         lines += _baseline_lines(summary["baseline"], summary["policy"].get("fail_on_new"))
     lines += ["", "<details><summary>Findings by host</summary>", ""]
@@ -70,6 +71,20 @@ def document(summary, host_reports):
         lines.append("")
     lines += ["</details>", ""]
     return "\n".join(lines)
+
+
+def _kernel_group_lines(groups):
+    """The kernel record findings by kernel and action: what to do, and on how many hosts."""
+    if not groups:
+        return []
+    lines = ["", "### Kernel findings by kernel", "", "| kernel | hosts | severity | what to do |", "|---|---|---|---|"]
+    for group in groups[:reports.KERNEL_GROUP_ROWS]:
+        kernel = group["kernel"] + (" (upstream %s)" % group["upstream"] if group["upstream"] else "")
+        lines.append("| %s | %s | %s | %s |" % (md(kernel), "{:,}".format(group["hosts"]), group["severity"],
+                                               md(group["action"])))
+    if len(groups) > reports.KERNEL_GROUP_ROWS:
+        lines += ["", "%d more in summary.json (kernel_groups)." % (len(groups) - reports.KERNEL_GROUP_ROWS)]
+    return lines
 
 
 BASELINE_ROWS = 100  # rows of the Markdown diff table; summary.json lists every change

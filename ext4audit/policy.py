@@ -11,6 +11,7 @@ can be stricter than the rest), are saved with the host's facts record
       EXT4_INODE_128: {severity: high, reason: "our backups need 256-byte inodes"}
     ext4_audit_fail_on: medium                                # lowest unwaived severity that fails the host
     ext4_audit_capacity_limits: {block_use_high: 0.99}        # the use at which a filesystem is nearly full
+    ext4_audit_kernel_no_fix_counts: true                     # records with no fix in the branch count at their class
 
 A rule is named by its id, its kind (data-safety, performance, operability) or one of its tags.
 A name that is none of these is an error: a typo would otherwise select or skip nothing.
@@ -18,9 +19,9 @@ A name that is none of these is an error: a typo would otherwise select or skip 
 
 from typing import Any, Dict, Optional, Tuple
 
-from . import SEVERITIES
+from . import SEVERITIES, kernel_records
 
-FIELDS = ("fail_on", "rules_select", "rules_skip", "severity_overrides", "capacity_limits")
+FIELDS = ("fail_on", "rules_select", "rules_skip", "severity_overrides", "kernel_no_fix_counts", "capacity_limits")
 OVERRIDE_FIELDS = ("severity", "reason")
 # The share of blocks (df's Use%: used / (used + available to users)) and of inodes in use at which
 # EXT4_FS_NEARLY_FULL and EXT4_INODES_NEARLY_EXHAUSTED raise a medium finding, and a high one (which
@@ -73,6 +74,9 @@ def make(doc: Optional[dict], catalog: Any, where: str, default_fail_on: str) ->
                               "every report)" % name)
         checked[rid] = {"severity": entry["severity"], "reason": entry["reason"].strip()}
     limits = capacity_limits(doc.get("capacity_limits"), where)
+    no_fix_counts = doc.get("kernel_no_fix_counts", False)
+    if not isinstance(no_fix_counts, bool):
+        raise PolicyError("%s: ext4_audit_kernel_no_fix_counts must be true or false, got %r" % (where, no_fix_counts))
     skipped = {}
     for rule in catalog.rules:
         names = by_rule[rule["id"]]
@@ -81,7 +85,7 @@ def make(doc: Optional[dict], catalog: Any, where: str, default_fail_on: str) ->
         elif names & set(skip):
             skipped[rule["id"]] = "ext4_audit_rules_skip: %s" % ", ".join(sorted(names & set(skip)))
     return {"fail_on": fail_on, "rules_select": select, "rules_skip": skip, "severity_overrides": checked,
-            "capacity_limits": limits}, skipped
+            "kernel_no_fix_counts": no_fix_counts, "capacity_limits": limits}, skipped
 
 
 def capacity_limits(value: Any, where: str) -> Dict[str, float]:
@@ -125,9 +129,20 @@ def _names(doc, field, where, known):
     return value
 
 
-def override(findings, overrides):
-    """Give findings of overridden rules the site's severity, keeping the catalog's and the reason."""
+NO_FIX_COUNTS_REASON = "ext4_audit_kernel_no_fix_counts: records with no fix in the branch count at their class"
+
+
+def override(findings: list, overrides: dict, kernel_no_fix_counts: bool = False) -> None:
+    """Give findings of overridden rules the site's severity, keeping the catalog's and the reason.
+    kernel_no_fix_counts: a {kernel_records: no_fix_in_branch} finding takes its records' class
+    severity (kernel_records.class_severity) first; a site override still has the last word."""
     for finding in findings:
+        action = (finding.get("evidence") or {}).get("kernel_action") or {}
+        if kernel_no_fix_counts and action.get("action") == "no_fix_in_branch":
+            severity, _ = kernel_records.class_severity(finding["evidence"]["kernel_records"], finding["severity"])
+            if severity != finding["severity"]:
+                finding["severity_override"] = {"from": finding["severity"], "reason": NO_FIX_COUNTS_REASON}
+                finding["severity"] = severity
         entry = overrides.get(finding["rule"])
         if entry:
             finding["severity_override"] = {"from": finding["severity"], "reason": entry["reason"]}
@@ -140,6 +155,8 @@ def describe(report):
     if not policy:
         return []
     lines = ["fails at %s or above (ext4_audit_fail_on)" % policy["fail_on"]]
+    if policy.get("kernel_no_fix_counts"):
+        lines.append("kernel records with no fix in the branch count at their class (ext4_audit_kernel_no_fix_counts)")
     by_reason = {}
     for item in report.get("skipped") or []:
         by_reason.setdefault(item["reason"], []).append(item["rule"])

@@ -28,7 +28,7 @@ import threading
 
 import msgspec
 
-from . import SEVERITIES, contract, probe, severity_rank, umask
+from . import SEVERITIES, contract, kernel_records, probe, severity_rank, umask
 
 HOST_SCHEMA = contract.HOST_REPORT_SCHEMA
 SUMMARY_SCHEMA = contract.SUMMARY_SCHEMA
@@ -325,6 +325,8 @@ def digest(report, fail_on, fail_on_new=False, compared=False):
     errors = report.get("errors") or []
     undetermined = report.get("undetermined") or []
     probe_failed = section is not None and section["status"] in probe.FAILED
+    # the host's kernel record findings, by what they share with other hosts (kernel_groups)
+    kernel_actions = [_kernel_action(f) for f in unwaived if (f.get("evidence") or {}).get("kernel_action")]
     return {
         "host": report["host"], "status": report["status"], "reason": report.get("reason"),
         "row": {"host": report["host"], "status": report["status"], "fail_on": fail_on, "worst": worst,
@@ -335,6 +337,7 @@ def digest(report, fail_on, fail_on_new=False, compared=False):
                 "probe": (section or {}).get("status")},
         "by_severity": by_severity, "by_rule": by_rule, "metrics": sorted(metrics.items()),
         "undetermined": len(undetermined),
+        "kernel_actions": kernel_actions,
         "bad": [(f["rule"], f["severity"]) for f in fails_policy],
         "expired_waivers": expired,
         "probe": probe_overview(report["host"], section) if section else None,
@@ -345,6 +348,44 @@ def digest(report, fail_on, fail_on_new=False, compared=False):
         # report.html gives a host its own section when the gate or a person has to act on it
         "attention": bool(report["status"] != "audited" or fails_policy or probe_failed or expired or new),
     }
+
+
+def _kernel_action(finding: dict) -> tuple:
+    """(kernel, upstream, rule, severity, what to do) of a kernel record finding: hosts with the same
+    tuple are one group of kernel_groups."""
+    evidence = finding["evidence"]
+    kernel = evidence["kernel_action"].get("kernel") or {}
+    return (kernel.get("release"), kernel.get("upstream"), finding["rule"], finding["severity"],
+            kernel_records.describe(evidence))
+
+
+KERNEL_GROUP_SAMPLE = 5  # host names kept per kernel group; summary.json's host rows have them all
+KERNEL_GROUP_ROWS = 50  # kernel groups in summary.md and report.html; summary.json lists every one
+
+
+def kernel_groups(digests: list) -> list:
+    """The kernel record findings of the fleet, one entry per kernel and action (the hosts that
+    share a kernel share its records): kernel, upstream, rule, severity, action (the message's
+    sentence), hosts (how many) and sample (the first host names). Worst and largest first."""
+    groups = {}
+    for digest_ in digests:
+        for key in digest_.get("kernel_actions") or ():
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = {"kernel": key[0], "upstream": key[1], "rule": key[2], "severity": key[3],
+                                       "action": key[4], "hosts": 0, "sample": []}
+            group["hosts"] += 1
+            if len(group["sample"]) < KERNEL_GROUP_SAMPLE:
+                group["sample"].append(digest_["host"])
+    return sorted(groups.values(), key=lambda g: (-severity_rank(g["severity"]), -g["hosts"], g["kernel"] or "",
+                                                  g["rule"]))
+
+
+def kernel_group_line(group: dict) -> str:
+    """One line of a kernel group: "6.1.0-40-amd64 (upstream 6.1.153) on 3,412 hosts [high]: upgrade ..."."""
+    upstream = " (upstream %s)" % group["upstream"] if group["upstream"] and group["upstream"] != group["kernel"] else ""
+    return "%s%s on %s host%s [%s]: %s" % (group["kernel"], upstream, "{:,}".format(group["hosts"]),
+                                           "" if group["hosts"] == 1 else "s", group["severity"], group["action"])
 
 
 def verdict(host_reports, fail_on, unreachable_is_incomplete, fail_on_new=False):
@@ -434,6 +475,7 @@ def summarize_digests(digests, run_id, fail_on, unreachable_is_incomplete, now, 
         "expired_waivers": [w for d in digests for w in d["expired_waivers"]],
         "probe": {"hosts": [d["probe"] for d in digests if d["probe"]], "failed": probe_failed},
         "baseline": baseline,
+        "kernel_groups": kernel_groups(digests),
     }
 
 

@@ -2,21 +2,29 @@
 
 - Rules: every catalog rule, with its id, title, rationale, remediation and references (helpUri
   is the first reference).
-- Results: one per host x rule x filesystem (host-wide rules: one per host). The level follows
-  the severity: critical and high are errors, medium a warning, low and info notes.
+- Results: one per group of findings that share their rule, severity, message, waiver and
+  baseline state across hosts (hosts of a fleet share kernels, images and configurations: the
+  same finding on 3,412 hosts is one result with 3,412 hosts). Its locations are the hosts (at
+  most LOCATIONS_PER_RESULT of them, in run order; properties.hosts counts them all, and every
+  host's report has its own findings). The level follows the severity: critical and high are
+  errors, medium a warning, low and info notes.
+- GitHub code scanning's limits hold at any fleet size: at most MAX_RESULTS results and
+  MAX_GZIP_BYTES gzipped. What must go goes from the least severe end (results), or by listing
+  fewer hosts per result (locations); run.properties.cut says what was left out.
 - Location: a file in this repository that a fix would go into: the inventory's
   host_vars/<host>.yml when it exists inside the repository, otherwise the rule's entry in
   rules/catalog.yml (its line). The host and mount point are the logical location.
-- partialFingerprints: a hash of the finding's identity (host, rule, device, mount point; the
-  same identity baselines use), so the same finding keeps its fingerprint from run to run. The
-  run id and times never go into it.
+- partialFingerprints: a hash of the group's identity (rule, message, waived), so the same
+  group keeps its fingerprint from run to run. The run id, times and host list never go into it.
 - A waived finding carries a suppression (external, accepted, with the waiver's justification);
   with a baseline, each result has its baselineState (new or unchanged).
 
-Host strings only ever reach the file as JSON strings (json.dumps and msgspec escape them). The
-results are streamed into the file without indentation: a fleet of 10,000 hosts makes a large file.
+Host strings only ever reach the file as JSON strings (json.dumps and msgspec escape them).
+The report step's workers group their shard's findings (Writer.host, Writer.shard_end); the
+parent merges the shards' groups, sorts and cuts them, and writes the log.
 """
 
+import gzip
 import hashlib
 import json
 import os
@@ -30,22 +38,18 @@ SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 TOOL = "ext4-fleet-audit"
 FINGERPRINT = "ext4auditFinding/v1"
 SRCROOT = "%SRCROOT%"
+# GitHub code scanning: "Results per run 25,000", "Locations per result 1,000", and a gzip-compressed
+# file of at most 10 MB (docs.github.com, "SARIF support for code scanning", Validating your SARIF file).
+MAX_RESULTS = 25000
+LOCATIONS_PER_RESULT = 1000
+MAX_GZIP_BYTES = 10 * 1000 * 1000
 _PLACEHOLDER = '"results": "@results@"'  # where the streamed results go in the serialised log
 _RESULT = msgspec.json.Encoder()  # a result in one line, keys in the order made (5 times json.dumps' speed)
-_JSON_STRING = json.encoder.encode_basestring_ascii  # the C function json.dumps uses for a string
 
 
 def level(severity):
     rank = severity_rank(severity)
     return "error" if rank >= severity_rank("high") else "warning" if rank == severity_rank("medium") else "note"
-
-
-def fingerprint(host, finding):
-    """Stable across runs: the finding's identity only (json.dumps keeps the parts apart)."""
-    key = (host, finding["rule"], finding.get("device"), finding.get("mountpoint"))
-    # The text json.dumps(list(key)) makes, without its encoder's set-up for each of 100,000 findings.
-    text = "[%s]" % ", ".join("null" if part is None else _JSON_STRING(part) for part in key)
-    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def rule_lines(catalog_path):
@@ -101,77 +105,138 @@ def _rule_descriptor(rule):
     return descriptor
 
 
-def _result(host, finding, rule_index, lines, catalog_uri, uri, with_baseline):
-    """uri: the host's host_vars file (None: the rule's catalog entry)."""
+def group_key(finding: dict, with_baseline: bool) -> tuple:
+    """What the findings of one result share: rule, severity, base severity, message, escalation,
+    the waiver (justification text, or None), an expired waiver, and the baseline state."""
+    waiver = finding.get("waiver") or {}
+    suppressed = ("%s (approver %s, until %s)" % (waiver.get("justification"), waiver.get("approver"),
+                                                  waiver.get("expires")) if finding.get("waived") else None)
+    expired = json.dumps(waiver, sort_keys=True) if not finding.get("waived") and waiver.get("status") == "expired" else None
+    baseline = ("new" if finding.get("baseline") == "new" else "unchanged") if with_baseline else None
+    return (finding["rule"], finding["severity"], finding.get("base_severity"), finding["message"],
+            finding.get("escalated_because"), suppressed, expired, baseline)
+
+
+def _location(host, finding, uri, lines, catalog_uri):
+    """One host of a result: uri is the host's host_vars file (None: the rule's catalog entry)."""
     logical = host + (":" + finding["mountpoint"] if finding.get("mountpoint") else "")
     physical = {"artifactLocation": {"uri": uri, "uriBaseId": SRCROOT}} if uri else {
         "artifactLocation": {"uri": catalog_uri, "uriBaseId": SRCROOT},
         "region": {"startLine": lines.get(finding["rule"], 1)}}
-    message = "%s: %s" % (host, finding["message"])
-    if finding.get("escalated_because"):
-        message += " Raised to %s: %s." % (finding["severity"], finding["escalated_because"])
+    return {"physicalLocation": physical,
+            "logicalLocations": [{"name": finding.get("mountpoint") or host, "fullyQualifiedName": logical,
+                                  "kind": "resource"}]}
+
+
+def group_fingerprint(rule: str, message: str, waived: bool) -> str:
+    """Stable across runs: the group's identity only (not its hosts, severity or the run)."""
+    return hashlib.sha256(json.dumps([rule, message, waived]).encode("utf-8")).hexdigest()
+
+
+def _result(key, count, locations, rule_index):
+    rule, severity, base_severity, message, because, suppressed, expired, baseline = key
+    text = message + (" Raised to %s: %s." % (severity, because) if because else "")
+    text += " (%s host%s)" % ("{:,}".format(count), "" if count == 1 else "s")
     result = {
-        "ruleId": finding["rule"],
-        "level": level(finding["severity"]),
-        "message": {"text": message},
-        "locations": [{"physicalLocation": physical,
-                       "logicalLocations": [{"name": finding.get("mountpoint") or host,
-                                             "fullyQualifiedName": logical, "kind": "resource"}]}],
-        "partialFingerprints": {FINGERPRINT: fingerprint(host, finding)},
-        "properties": {"host": host, "device": finding.get("device"), "mountpoint": finding.get("mountpoint"),
-                       "severity": finding["severity"], "base_severity": finding.get("base_severity")},
+        "ruleId": rule,
+        "level": level(severity),
+        "message": {"text": text},
+        "locations": locations,
+        "partialFingerprints": {FINGERPRINT: group_fingerprint(rule, message, suppressed is not None)},
+        "properties": {"severity": severity, "base_severity": base_severity, "hosts": count,
+                       "hosts_listed": len(locations)},
     }
     if rule_index is not None:
         result["ruleIndex"] = rule_index
-    if finding.get("confirmation"):
-        result["properties"]["confirmation"] = finding["confirmation"]
-    waiver = finding.get("waiver") or {}
-    if finding.get("waived"):
-        result["suppressions"] = [{"kind": "external", "state": "accepted", "justification": "%s (approver %s, until %s)"
-                                   % (waiver.get("justification"), waiver.get("approver"), waiver.get("expires"))}]
-    elif waiver.get("status") == "expired":
-        result["properties"]["expired_waiver"] = waiver
-    if with_baseline:
-        result["baselineState"] = "new" if finding.get("baseline") == "new" else "unchanged"
+    if suppressed is not None:
+        result["suppressions"] = [{"kind": "external", "status": "accepted", "justification": suppressed}]
+    if expired is not None:
+        result["properties"]["expired_waiver"] = json.loads(expired)
+    if baseline is not None:
+        result["baselineState"] = baseline
     return result
 
 
-class Results:
-    """Makes each host's results; the same for every host of a run (workers of the report step
-    each make one). catalog_path: the catalog file the rules came from (for line numbers);
-    inventory: the inventory folder whose host_vars files results point at."""
+class Groups:
+    """Findings grouped by group_key: {key: [host count, locations (the first `cap`)]}, in the order
+    first seen. The report step's workers make one per shard, the parent merges them."""
 
-    def __init__(self, catalog, catalog_path=None, inventory=None, with_baseline=False):
+    def __init__(self, catalog, catalog_path=None, inventory=None, with_baseline=False, cap=LOCATIONS_PER_RESULT):
         catalog_path = catalog_path or os.path.join(catalog_mod.RULES_DIR, "catalog.yml")
         self.lines = rule_lines(catalog_path)
         self.catalog_uri = _repo_path(catalog_path) or "rules/catalog.yml"
         self.index = dict((rule["id"], number) for number, rule in enumerate(catalog.rules))
-        self.inventory, self.with_baseline = inventory, with_baseline
+        self.inventory, self.with_baseline, self.cap = inventory, with_baseline, cap
+        self.groups = {}
 
-    def of_host(self, report):
-        """The host's results as JSON text, one per line, comma-separated ("" without findings)."""
-        if not report["findings"]:
-            return ""
-        uri = _host_vars(self.inventory, report["host"])
-        return ",\n".join(_RESULT.encode(_result(report["host"], finding, self.index.get(finding["rule"]), self.lines,
-                                                  self.catalog_uri, uri, self.with_baseline)).decode("utf-8")
-                          for finding in report["findings"])
+    def add_host(self, report: dict) -> None:
+        uri = _host_vars(self.inventory, report["host"]) if report["findings"] else None
+        for finding in report["findings"]:
+            key = group_key(finding, self.with_baseline)
+            group = self.groups.get(key)
+            if group is None:
+                group = self.groups[key] = [0, []]
+            group[0] += 1
+            if len(group[1]) < self.cap:
+                group[1].append(_location(report["host"], finding, uri, self.lines, self.catalog_uri))
+
+    def dump(self) -> str:
+        """The groups as one line of JSON (a shard's part), emptied."""
+        text = _RESULT.encode([[list(key), count, locations] for key, (count, locations) in self.groups.items()])
+        self.groups = {}
+        return text.decode("utf-8")
+
+    def merge(self, text: str) -> None:
+        for key, count, locations in json.loads(text):
+            key = tuple(key)
+            group = self.groups.get(key)
+            if group is None:
+                group = self.groups[key] = [0, []]
+            group[0] += count
+            group[1].extend(locations[:self.cap - len(group[1])])
+
+    def results(self) -> tuple:
+        """(results, cut): the groups as results, most severe and widest first, within GitHub's
+        limits; cut (None when nothing was left out) says what was."""
+        order = sorted(self.groups.items(), key=lambda item: (item[0][5] is not None, -severity_rank(item[0][1]),
+                                                              -item[1][0], item[0][0], item[0][3]))
+        kept, dropped = order[:MAX_RESULTS], order[MAX_RESULTS:]
+        cap, budget = self.cap, MAX_GZIP_BYTES * 0.9  # (the rest of the log is a few kB)
+        while True:
+            results = [_result(key, count, locations[:cap], self.index.get(key[0])) for key, (count, locations) in kept]
+            size = len(gzip.compress(b"\n".join(_RESULT.encode(r) for r in results), 6))
+            if size <= budget or not kept:
+                break
+            if cap > 1:  # first list fewer hosts per result...
+                cap //= 2
+                continue
+            keep = min(len(kept) - 1, int(len(kept) * budget / size * 0.95))  # ...then leave out the least severe
+            kept, dropped = kept[:keep], kept[keep:] + dropped
+        cut = None
+        if dropped or cap < self.cap:
+            cut = {"results_left_out": len(dropped),
+                   "findings_left_out": sum(count for _, (count, _) in dropped),
+                   "worst_left_out": max((key[1] for key, _ in dropped), key=severity_rank, default=None),
+                   "hosts_listed_per_result": cap,
+                   "why": "GitHub code scanning takes at most %d results and %d bytes gzipped; every finding is in "
+                          "hosts/ and summary.json" % (MAX_RESULTS, MAX_GZIP_BYTES)}
+        return results, cut
 
 
 def write(path, summary, host_reports, catalog, catalog_path=None, inventory=None):
     """Write report.sarif atomically for host reports held in memory (the report step goes
-    through Writer, whose results are made in the step's workers)."""
-    results = Results(catalog, catalog_path, inventory, summary.get("baseline") is not None)
-    pieces = [piece for piece in (results.of_host(report) for report in host_reports) if piece]
+    through Writer, whose groups are made in the step's workers)."""
+    groups = Groups(catalog, catalog_path, inventory, summary.get("baseline") is not None)
+    for report in host_reports:
+        groups.add_host(report)
     with reports.atomic_file(path) as out:
-        write_log(out, summary, catalog, lambda out: out.write(",\n".join(pieces)))
+        write_log(out, summary, catalog, groups)
 
 
-def write_log(out, summary, catalog, write_results):
-    """Write the log to the text file `out`; write_results(out) writes the text of the results
-    array into it (the hosts' results as Results.of_host makes them, comma-separated), without
-    indentation (10,000 hosts make over 100 MB)."""
+def write_log(out, summary, catalog, groups):
+    """Write the log to the text file `out`, the results from groups (Groups), one a line."""
     rules = [_rule_descriptor(rule) for rule in catalog.rules]
+    results, cut = groups.results()
     notes = [{"level": "error", "message": {"text": "%s was not audited: %s: %s" % (
                   h["host"], h["status"], h["reason"] or "no reason given")},
               "properties": {"host": h["host"], "status": h["status"]}} for h in summary["hosts_not_audited"]]
@@ -186,28 +251,38 @@ def write_log(out, summary, catalog, write_results):
             "originalUriBaseIds": {SRCROOT: {"uri": "file://" + urllib.parse.quote(os.path.realpath(ROOT)) + "/"}},
             "invocations": [{"executionSuccessful": not summary["hosts_not_audited"],
                              "endTimeUtc": summary["generated_at"], "toolExecutionNotifications": notes}],
-            "properties": {"verdict": summary["verdict"], "reason": summary["reason"], "policy": summary["policy"]},
+            "properties": {"verdict": summary["verdict"], "reason": summary["reason"], "policy": summary["policy"],
+                           "cut": cut},
             "results": "@results@",
         }],
     }
     head, tail = json.dumps(log).split(_PLACEHOLDER)
-    out.write(head + '"results": [')
-    write_results(out)
+    out.write(head + '"results": [' + ",\n".join(_RESULT.encode(r).decode("utf-8") for r in results))
     out.write("]" + tail + "\n")
 
 
 class Writer(writers.Writer):
-    """The hosts' results are their parts, comma-separated."""
+    """A shard's groups are its part (one line of JSON); the parent merges them."""
 
     file = "report.sarif"
-    separator = ",\n"
+    separator = "\n"
 
     def __init__(self, job):
         super().__init__(job)
-        self.results = Results(job.catalog, job.catalog_path, job.inventory, job.base is not None)
+        self.groups = Groups(job.catalog, job.catalog_path, job.inventory, job.base is not None)
 
     def host(self, report, digest):
-        return self.results.of_host(report)
+        self.groups.add_host(report)
+        return None
+
+    def shard_end(self):
+        return self.groups.dump() if self.groups.groups else None
 
     def finish(self, out, summary, digests, parts):
-        write_log(out, summary, self.job.catalog, parts.copy_to)
+        merged = Groups(self.job.catalog, self.job.catalog_path, self.job.inventory, self.job.base is not None)
+        for path in parts.paths():
+            with open(path, encoding="utf-8") as handle:
+                for line in handle:
+                    if line.strip():
+                        merged.merge(line)
+        write_log(out, summary, self.job.catalog, merged)

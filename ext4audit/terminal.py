@@ -4,6 +4,7 @@ the run folder, the operator's first look."""
 from . import markdown, reports, severity_rank
 
 TABLE_ROWS = 25  # the end-of-run table shows the worst hosts; summary.md and summary.json have them all
+KERNEL_GROUPS = 10  # kernel findings by kernel and action under the table; summary.json has them all
 
 
 def tty(value):
@@ -38,6 +39,12 @@ def table(summary, limit=TABLE_ROWS):
     if len(hosts) > limit:
         out.append("... %d more host(s) (all in %s)" % (len(hosts) - limit, "summary.md" if len(hosts) <= markdown.MD_HOSTS
                                                           else "summary.json and report.html"))
+    groups = summary.get("kernel_groups") or []
+    if groups:
+        out.append("kernel findings by kernel:")
+        out += ["  " + tty(reports.kernel_group_line(group)) for group in groups[:KERNEL_GROUPS]]
+        if len(groups) > KERNEL_GROUPS:
+            out.append("  ... %d more (summary.json kernel_groups)" % (len(groups) - KERNEL_GROUPS))
     diff = summary.get("baseline")
     if diff is not None:
         changed = ["hosts %s: %s" % (what, ", ".join(tty(h) for h in diff["hosts_" + what][:5]) +

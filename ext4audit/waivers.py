@@ -10,7 +10,7 @@ File format (YAML, kept in the inventory folder as waivers.yml):
         justification: TiKV requires nodelalloc  # required
         approver: storage-team                   # required
         expires: 2027-03-31                      # required, UTC: waives until 2027-03-31T00:00:00Z
-        records: [CVE-2023-53149]                # optional: kernel CNA records (KERNEL_EXT4_*_UNFIXED)
+        records: [CVE-2023-53149]                # optional: kernel CNA records (KERNEL_EXT4_* record rules)
 
 With neither hosts nor groups a waiver is fleet-wide (all level). With records, a waiver takes those
 records out of a kernel record finding's list (its evidence kernel_records and its message); the
@@ -187,6 +187,10 @@ def _waive_records(finding, ids, waiver):
         "%s (waived by %s until %s)" % (item["id"], waiver["approver"], waiver["expires"])
         for item in items if item["id"] in ids)
     if kept:
-        finding["message"] = finding["message"].replace(kernel_records.describe(items), kernel_records.describe(kept))
+        before = kernel_records.describe(evidence)
         evidence["kernel_records"] = kept
+        finding["message"] = finding["message"].replace(before, kernel_records.describe(evidence))
+        if (evidence.get("kernel_action") or {}).get("by_class"):  # the severity follows the records left
+            finding["severity"], finding["escalated_because"] = kernel_records.class_severity(
+                kept, finding["base_severity"])
     return bool(kept)

@@ -6,6 +6,8 @@ written (reports.finish_run, fleet.run_shard). A writer makes one more file, in 
   host(report, digest)           for each host, in the report step's workers: the host's part
                                  of the file as text ("" or None: nothing), or None throughout
                                  for a file made from the fleet summary alone
+  shard_end()                    after a shard's last host, in its worker: one more part (for a
+                                 writer that gathers what the shard's hosts share), or None
   finish(out, summary, digests, parts)
                                  once, in the parent: write the whole file to `out`, a text
                                  file that gets the writer's name in the run folder when this
@@ -75,6 +77,9 @@ class Writer:
         self.job = job
 
     def host(self, report, digest):
+        return None
+
+    def shard_end(self):
         return None
 
     def finish(self, out, summary, digests, parts):

@@ -6,13 +6,16 @@ The Linux kernel's CVE Numbering Authority publishes one CVE JSON 5 record per f
 keeps the records about ext4 and jbd2 and writes, per record, what an audit needs to tell whether
 a kernel still carries the bug: where it came in (mainline, and stable branches it was
 backported into), the first fixed release of each stable branch, the mainline fix, the fix
-commits, and a class derived from the text by the ordered rules in CLASS_RULES below.
+commits, and the record's class and the feature it needs, as reviewed by hand in
+rules/kernel_record_classes.yml (a record missing there, or an entry there for a record the source
+does not have, stops the script with an error naming the file and the id).
 
 Usage (SOURCE is one of):
   a work tree of the repository          tools/kernel_records.py ~/vulns
   a bare git directory (with --rev)      tools/kernel_records.py /path/repo.git --rev master
   a folder of <year>/<id>.json folders   tools/kernel_records.py shared/data/kernel-cna-ext4-jbd2
 Output: rules/kernel_cna_records.json (-o to change). The same input gives the same bytes.
+A folder copied from a checkout records no commit unless --commit and --commit-date name it.
 """
 
 import argparse
@@ -22,11 +25,16 @@ import re
 import subprocess
 import sys
 import tempfile
+from typing import Iterable, List, Optional, Tuple, Union
+
+import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from ext4audit import contract, kernel_records  # noqa: E402  (the file's model and its reader)
 DEFAULT_OUTPUT = os.path.join(ROOT, "rules", "kernel_cna_records.json")
+DEFAULT_REVIEWED = os.path.join(ROOT, "rules", "kernel_record_classes.yml")
+REVIEWED_NAME = "rules/kernel_record_classes.yml"
 DEFAULT_REPOSITORY = "https://git.kernel.org/pub/scm/linux/security/vulns.git"
 SCHEMA = contract.KERNEL_RECORDS_SCHEMA
 PUBLISHED = "cve/published"
@@ -39,44 +47,11 @@ SELECTION = ("records with a programFiles entry under %s, or whose title starts 
              " to an ext4 bug made in shared code, e.g. fs/quota, keeps the subsystem prefix)"
              % (" or ".join(PROGRAM_DIRS), " or ".join(TITLE_PREFIXES)))
 
-# Ordered class rules, first match wins; matched case-insensitively. "title" rules look at the
-# fix's one-line summary, which names the effect most precisely; "text" rules look at the title
-# and the description (often with the kernel's own report: KASAN, BUG_ON, lockdep, hung task).
-# On the text, memory-safety reports come before crash because KASAN prints "BUG: KASAN: ...",
-# and hangs before crash because lockdep prints "WARNING: possible circular locking ...".
-# Data corruption on the text needs an effect phrase: "corrupted image" is the trigger of many
-# crash fixes, not their effect.
-CLASS_RULES = (
-    ("hang/deadlock", "title", r"dead ?lock|\bhung\b|\bhangs?\b|infinite loop|soft ?lockup|livelock"),
-    ("data corruption", "title", r"\bcorruption\b|data loss|stale data|i_disksize|zero the entire"),
-    ("memory safety", "title",
-     r"use[- ]after[- ]free|\buaf\b|double[- ]free|double brelse|out[- ]of[- ]bounds?|\boob\b"
-     r"|over-?read|overflow|underflow|null[- ](?:ptr|pointer)[- ]deref|null deref"
-     r"|uninitiali[sz]ed|uninititialized|bounds check|invalid free"),
-    ("leak", "title", r"\bleak"),
-    ("crash/BUG", "title", r"\bbug(?:_on| on)?\b|panic|\bwarning\b|assertion|crash|divid\w* by 0"),
-    ("data corruption", "text",
-     r"(?:data|file ?system|metadata|bitmap|buddy) corruption|corruption of|(?:will|can|may|could)"
-     r" corrupt|corrupt(?:s|ing) (?:the )?(?:data|file|metadata|on-disk|ext4)|data loss|lose data"
-     r"|lost data|will be lost|stale data|stale (?:unwritten )?extent|wrong data"
-     r"|inconsistent (?:data|metadata|state)|bitmap inconsistenc"),
-    ("memory safety", "text",
-     r"kasan|kmsan|ubsan|use[- ]after[- ]free|out[- ]of[- ]bounds|double[- ]free"
-     r"|null[- ]ptr[- ]deref|null pointer dereference|uninit-value|buffer overflow"),
-    ("hang/deadlock", "text",
-     r"dead ?lock|hung task|blocked for more than|infinite loop|soft ?lockup|livelock"
-     r"|circular locking"),
-    ("crash/BUG", "text",
-     r"kernel bug|bug_on|\bbug:|general protection fault|\boops\b|\bpanic|warning:|crash"),
-    ("leak", "text", r"memory leak|kmemleak|\bleak"),
-)
-OTHER = "other"
-CLASSES = ("data corruption", "crash/BUG", "hang/deadlock", "memory safety", "leak", OTHER)
-_COMPILED = [(cls, field, re.compile(pattern, re.I)) for cls, field, pattern in CLASS_RULES]
+CLASSES = ("data corruption", "crash/BUG", "hang/deadlock", "memory safety", "leak", "other")
+_REVIEW_FIELDS = {"class", "reason", "needs"}
 
 _RELEASE = re.compile(r"^\d+\.\d+(?:\.\d+)?$")  # as the CNA writes them: 6.8, 6.1.75, 2.6.19
 _BRANCH_STAR = re.compile(r"^(\d+\.\d+)\.\*$")  # lessThanOrEqual "6.1.*"
-_BOILERPLATE = "In the Linux kernel, the following vulnerability has been resolved:"
 
 
 class RecordError(ValueError):
@@ -91,13 +66,35 @@ def _branch(release):
     return ".".join(release.split(".")[:2])
 
 
-def classify(title, description):
-    """(class, rule number from 1, matched text) by CLASS_RULES; (OTHER, 0, "") if none match."""
-    for number, (cls, field, pattern) in enumerate(_COMPILED, 1):
-        match = pattern.search(title if field == "title" else title + "\n" + description)
-        if match:
-            return cls, number, match.group(0)
-    return OTHER, 0, ""
+def read_reviewed(path: str) -> dict:
+    """{record id: {"class", "class_reason", "needs"}} of the reviewed table
+    (rules/kernel_record_classes.yml); a RecordError naming the file, the id and the field for
+    anything else."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            doc = yaml.safe_load(handle)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise RecordError("%s: cannot read the reviewed classes: %s" % (path, exc))
+    records = doc.get("records") if isinstance(doc, dict) else None
+    if not isinstance(records, dict):
+        raise RecordError("%s: records is not a mapping of record ids" % path)
+    reviewed = {}
+    for cve_id, entry in records.items():
+        where = "%s: records.%s" % (path, cve_id)
+        if not isinstance(cve_id, str) or not re.match(contract.RECORD_ID_PATTERN, cve_id):
+            raise RecordError("%s: is not a record id like CVE-2024-26601" % where)
+        if not isinstance(entry, dict) or not _REVIEW_FIELDS >= set(entry) >= {"class", "reason"}:
+            raise RecordError("%s: needs class and reason (and may name needs), nothing else" % where)
+        if entry["class"] not in CLASSES:
+            raise RecordError("%s.class %r is not one of %s" % (where, entry["class"], ", ".join(CLASSES)))
+        if not isinstance(entry["reason"], str) or not entry["reason"].strip():
+            raise RecordError("%s.reason is not a sentence" % where)
+        needs = entry.get("needs")
+        if needs is not None and needs not in kernel_records.RELEVANCE:
+            raise RecordError("%s.needs %r is not one of %s"
+                              % (where, needs, ", ".join(sorted(kernel_records.RELEVANCE))))
+        reviewed[cve_id] = {"class": entry["class"], "class_reason": entry["reason"], "needs": needs}
+    return reviewed
 
 
 def _cna(doc, name):
@@ -193,12 +190,8 @@ def summarise(doc, name):
     title = cna.get("title")
     if not isinstance(title, str) or not title:
         raise RecordError("%s: containers.cna.title is missing" % name)
-    description = next((d.get("value", "") for d in cna.get("descriptions") or []
-                        if d.get("lang") == "en"), "")
-    cls, rule, matched = classify(title, description.replace(_BOILERPLATE, ""))
     return {
-        "id": cve_id, "title": title, "class": cls, "class_rule": rule, "class_matched": matched,
-        "program_files": sorted(files), "introduced": introduced,
+        "id": cve_id, "title": title, "program_files": sorted(files), "introduced": introduced,
         "backported_into": _by_branch(backported), "fixed": _by_branch(fixed),
         "fixed_mainline": mainline_fix, "fix_commits": fix_commits,
     }
@@ -262,21 +255,31 @@ def read_git(git_dir, rev):
         offset = header_end + 2 + size
 
 
-def source_of(where, rev, repository):
-    """The commit and its date, from git; both None for a folder that is not a git checkout."""
-    commit = date = None
+def source_of(where: Union[None, str, tuple], rev: Optional[str], repository: str,
+              commit: Optional[str] = None, date: Optional[str] = None) -> dict:
+    """The commit and its date: from git, or as given for a folder that is not a git checkout."""
     if where:
         commit, date = _git(where, "log", "-1", "--format=%H %cI", rev).decode().split()
     return {"repository": repository, "commit": commit, "commit_date": date}
 
 
-def collect(files):
-    """The selected records' entries among files (an iterable of (name, bytes)), by id."""
+def collect(files: Iterable[Tuple[str, bytes]], reviewed: dict, reviewed_path: str = REVIEWED_NAME) -> List[dict]:
+    """The selected records' entries among files (an iterable of (name, bytes)), by id, each with
+    its class, class_reason and needs from reviewed (read_reviewed's result, read from reviewed_path)."""
     records = []
     for name, data in files:
         doc = _parse(data, name)
         if selected(doc, name):
-            records.append(summarise(doc, name))
+            record = summarise(doc, name)
+            review = reviewed.get(record["id"])
+            if review is None:
+                raise RecordError("%s: %s (%s) has no reviewed class: add it with class, reason and, if"
+                                  " a feature gates it, needs" % (reviewed_path, record["id"], name))
+            records.append(dict(list(record.items())[:2] + list(review.items()) + list(record.items())[2:]))
+    unknown = sorted(set(reviewed) - set(record["id"] for record in records), key=_id_key)
+    if unknown:
+        raise RecordError("%s: %s: no such record among the source's selected ones"
+                          % (reviewed_path, ", ".join(unknown)))
     return sorted(records, key=lambda record: _id_key(record["id"]))
 
 
@@ -294,9 +297,11 @@ def render(records, source):
             "fixed": "stable branch -> first fixed release of that branch; a branch not listed has"
                      " no fix (a host on it is affected from the introduction on)",
             "fixed_mainline": "first mainline release with the fix (its rcs may or may not have it)",
-            "class_rule": "number (from 1) of the class_rules entry that matched; 0: none, class other",
+            "class": "one of classes, reviewed by hand from the record's text (%s)" % REVIEWED_NAME,
+            "class_reason": "the record's own words that give the class",
+            "needs": "the feature without which the bug cannot be reached (ext4audit/kernel_records.py"
+                     " RELEVANCE), reviewed with the class; null: every ext4 filesystem",
         }),
-        ("class_rules", [{"class": c, "field": f, "pattern": p} for c, f, p in CLASS_RULES]),
     ]
     lines = ["{"] + ["%s: %s," % (dump(key), dump(value)) for key, value in head]
     lines.append('"records": [')
@@ -324,6 +329,9 @@ def main(argv=None):
     parser.add_argument("source", help="work tree, bare git dir or folder of <year>/ folders")
     parser.add_argument("--rev", default="HEAD", help="commit to read from a bare git dir")
     parser.add_argument("--repository", default=DEFAULT_REPOSITORY, help="recorded as the source")
+    parser.add_argument("--commit", help="recorded as the source's commit, for a folder copied from a checkout")
+    parser.add_argument("--commit-date", help="recorded as that commit's date (ISO 8601)")
+    parser.add_argument("--reviewed", default=DEFAULT_REVIEWED, help="the reviewed classes (%s)" % REVIEWED_NAME)
     parser.add_argument("-o", "--output", default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
     src = args.source
@@ -334,10 +342,11 @@ def main(argv=None):
         elif os.path.isfile(os.path.join(src, "HEAD")) and os.path.isdir(os.path.join(src, "objects")):
             files, source = read_git(src, args.rev), source_of(src, args.rev, args.repository)
         elif os.path.isdir(src):
-            files, source = read_tree(src), source_of(None, None, args.repository)
+            files = read_tree(src)
+            source = source_of(None, None, args.repository, args.commit, args.commit_date)
         else:
             parser.error("%s is not a folder" % src)
-        records = collect(files)
+        records = collect(files, read_reviewed(args.reviewed), args.reviewed)
         text = render(records, source)
         contract.check(json.loads(text), contract.KernelRecords, args.output)  # what the reader will decode
         write_atomically(args.output, text)

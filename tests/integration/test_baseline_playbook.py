@@ -55,8 +55,8 @@ def test_nightly_diff_and_fail_on_new(loopfs, tmp_path):
     markdown = open(str(reports / "run-2" / "summary.md")).read()
     assert "### Since baseline run\\-1" in markdown and "**1 new**, 0 resolved" in markdown
     sarif = load_json(str(reports / "run-2" / "report.sarif"))
-    states = [(r["ruleId"], r["properties"]["mountpoint"]) for r in sarif["runs"][0]["results"]
-              if r["baselineState"] == "new"]
+    states = [(r["ruleId"], loc["logicalLocations"][0]["name"]) for r in sarif["runs"][0]["results"]
+              if r["baselineState"] == "new" for loc in r["locations"]]
     assert states == [("EXT4_NOBARRIER", changing["mountpoint"])]
     prom = open(str(reports / "run-2" / "ext4audit.prom")).read()
     assert 'ext4audit_baseline_findings{change="new"} 1.0' in prom

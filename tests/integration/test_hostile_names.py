@@ -175,7 +175,8 @@ def test_hostile_names_are_audited_escaped_and_never_run(loopfs, tmp_path, signa
     assert not [text for text in scripts.found if "alert" in text or "kill -" in text], "a name became a script"
 
     sarif = load_json(os.path.join(run_dir, "report.sarif"))
-    mountpoints = set(r["properties"]["mountpoint"] for run_ in sarif["runs"] for r in run_["results"])
+    mountpoints = set(loc["logicalLocations"][0]["name"] for run_ in sarif["runs"] for r in run_["results"]
+                      for loc in r["locations"])
     for key, fs in made.items():
         assert fs["shown"] in mountpoints, key
 

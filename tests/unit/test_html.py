@@ -216,7 +216,7 @@ def test_fleet_table_rows_counts_and_controls(rendered):
     table = Page(body + "</table>").rows
     assert table[0] == ["host", "status", "worst", "critical", "high", "medium", "low", "info", "waived", "errors",
                         "probe"]
-    # db-1: data=writeback high, the kernel's missing hang fix low (KERNEL_EXT4_HANG_UNFIXED),
+    # db-1: data=writeback high, the kernel's branch-less hang record low (KERNEL_EXT4_NO_FIX_IN_BRANCH),
     # errors=continue info (its waiver expired), discard waived
     assert table[2] == ["db-1", "audited", "high", "0", "1", "0", "1", "1", "1", "0", "-"]
     assert table[1][0] == HOSTILE and table[1][-1] == "ran"

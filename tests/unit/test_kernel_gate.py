@@ -201,7 +201,8 @@ RECORDS = {"source": {"commit": "0" * 40, "commit_date": "2026-08-21T18:32:04+02
                cve(4, "crash/BUG", "since the start", {"6.1": "6.1.20", "6.6": "6.6.30"}, "6.7"),  # 6.6's fix is later
                cve(5, "hang/deadlock", "5.4", {}, "6.8"),                          # no fix in 6.1 or 6.6: carried
                cve(6, "memory safety", "6.1", {"6.1": "6.1.40"}, "6.2"),           # fixed on both sides
-           ]}
+           ],
+           "branches": kernel_records.load_branches()}
 
 
 def records_of(base, cand, **policy):
@@ -323,3 +324,46 @@ def test_cli_record_fail_classes(tmp_path, capsys):
     assert len(json.loads((run / "kernel_gate.json").read_text())["kernel_records"]["new"]) == 10
     assert cli.main(argv + ["--record-fail-classes", "data corruption,crashes"]) == 2
     assert "error: record_fail_classes: 'crashes' not among the records' classes" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ fstab options the candidate refuses
+def fs_with_fstab(mountpoint, *options, line=3):
+    return {"mountpoint": mountpoint, "fstab": {"spec": "UUID=x", "fstype": "ext4", "options": list(options),
+                                                "line": line}}
+
+
+def gate_with_fstab(base_kernel, cand_kernel, filesystems, cand_record=None):
+    base = {"host": "a", "record": record(BASE), "report": {"kernel": base_kernel, "filesystems": filesystems}}
+    cand = {"host": "b", "record": cand_record or record(BASE), "report": {"kernel": cand_kernel, "filesystems": []}}
+    return kernel_gate.evaluate(base, cand, PLAN, records=RECORDS)
+
+
+def test_an_fstab_option_the_candidate_refuses_fails_the_gate():
+    """noacl mounts on 5.15 and is refused from 6.1 (2d544ec923db): the upgrade 5.15.98 -> 6.1.153
+    fails, with the option, the mount point, the fstab line and the release that removed it."""
+    filesystems = [fs_with_fstab("/srv/data", "defaults", "noacl", line=7), fs_with_fstab("/", "errors=remount-ro")]
+    gate = gate_with_fstab(kernel("5.15.98"), kernel("6.1.153"), filesystems)
+    assert gate["verdict"] == "fail"
+    assert [c for c in gate["failed_checks"] if c.startswith("fstab option")] == [
+        "fstab option noacl on /srv/data (baseline fstab line 7) is refused by the candidate kernel 6.1.153 "
+        "(removed in 6.1.0-rc1, 2d544ec923db): the filesystem would not mount"]
+    assert "### fstab options and the candidate kernel" in kernel_gate.markdown(gate, cli.markdown.md)
+    # the same fstab on a candidate that still mounts it (the last 6.0 release) passes
+    assert gate_with_fstab(kernel("5.15.98"), kernel("6.0.19"), filesystems)["verdict"] == "pass"
+
+
+def test_a_backporting_candidate_lists_the_option_without_failing():
+    rhel9 = dict(kernel("5.14.0", vendor="rhel", backports=True), release="5.14.0-427.13.1.el9_4.x86_64")
+    gate = gate_with_fstab(kernel("5.14.21"), rhel9, [fs_with_fstab("/srv/<b>", "nouser_xattr")])
+    assert gate["verdict"] == "pass", gate["reason"]
+    unknown, = gate["mount_options"]["unknown"]
+    assert unknown["option"] == "nouser_xattr" and "may carry the removal" in unknown["why"]
+    text = kernel_gate.markdown(gate, cli.markdown.md)
+    assert "may be refused by the candidate" in text and "<b>" not in text   # host strings escaped
+
+
+def test_refused_options_are_listed_when_the_probe_is_incomplete():
+    gate = gate_with_fstab(kernel("5.15.98"), kernel("6.12.1"), [fs_with_fstab("/srv", "noacl")],
+                           cand_record=record([], status="failed"))
+    assert gate["verdict"] == "incomplete"
+    assert [item["option"] for item in gate["mount_options"]["refused"]] == ["noacl"]

@@ -9,11 +9,13 @@ records' own `affected` entries and written here by hand, not computed by the co
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 
 import pytest
+import yaml
 
 from conftest import ROOT, FIXTURES
 from ext4audit import kernel_records as kr
@@ -21,6 +23,7 @@ from ext4audit.parsers import kernel_version as kv
 
 TOOL = os.path.join(ROOT, "tools", "kernel_records.py")
 DATA_FILE = os.path.join(ROOT, "rules", "kernel_cna_records.json")
+REVIEWED = os.path.join(ROOT, "rules", "kernel_record_classes.yml")
 CNA_FIXTURES = os.path.join(FIXTURES, "kernel-cna")
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data", "kernel-cna-ext4-jbd2")
 COMMIT = "d9dda40c8f21126303839427ebc8652167302488"
@@ -56,11 +59,27 @@ def records_of(path):
         return json.load(handle)["records"]
 
 
+def reviewed_table():
+    with open(REVIEWED) as handle:
+        return yaml.safe_load(handle)
+
+
+def reviewed_subset(tmp_path, ids=SELECTED, edit=None):
+    """The reviewed table reduced to ids (the fixtures' records), after edit(records); its path."""
+    doc = reviewed_table()
+    doc["records"] = dict((cve, entry) for cve, entry in doc["records"].items() if cve in ids)
+    if edit:
+        edit(doc["records"])
+    path = tmp_path / "classes.yml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
 # --- the generator and the committed data file ---------------------------------------------
 
 def test_fixtures_give_the_committed_entries_and_nothing_else(tmp_path):
     out = tmp_path / "records.json"
-    result = run_tool(CNA_FIXTURES, "-o", str(out))
+    result = run_tool(CNA_FIXTURES, "-o", str(out), "--reviewed", reviewed_subset(tmp_path))
     assert result.returncode == 0, result.stderr
     generated = {record["id"]: record for record in records_of(str(out))}
     assert set(generated) == SELECTED  # the xfs record and the description-only one are left out
@@ -81,10 +100,10 @@ def test_same_checkout_same_bytes_from_work_tree_and_bare_git(tmp_path):
         subprocess.run(["git", "-C", str(tree)] + argv, check=True, env=env)
     head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], check=True,
                           stdout=subprocess.PIPE, universal_newlines=True).stdout.strip()
-    outputs = []
+    outputs, reviewed = [], reviewed_subset(tmp_path)
     for source, extra in ((str(tree), []), (str(tree), []), (str(tree / ".git"), ["--rev", head])):
         out = tmp_path / ("out%d.json" % len(outputs))
-        result = run_tool(source, "-o", str(out), *extra)
+        result = run_tool(source, "-o", str(out), "--reviewed", reviewed, *extra)
         assert result.returncode == 0, result.stderr
         outputs.append(out.read_bytes())
     assert outputs[0] == outputs[1] == outputs[2]
@@ -94,13 +113,99 @@ def test_same_checkout_same_bytes_from_work_tree_and_bare_git(tmp_path):
     assert {record["id"] for record in doc["records"]} == SELECTED
 
 
-def test_committed_file_states_its_source_and_rules():
+def test_committed_file_states_its_source_and_its_reviewed_classes():
     with open(DATA_FILE) as handle:
         doc = json.load(handle)
     assert doc["source"] == {"repository": "https://github.com/thefossguy-ciq/kernel-security-vulns",
                              "commit": COMMIT, "commit_date": "2026-08-21T18:32:04+02:00"}
-    assert [tuple(rule.values()) for rule in doc["class_rules"]] == list(gen.CLASS_RULES)
     assert len(doc["records"]) == 157
+    # Every record has a reviewed class and reason, and the data file carries exactly those.
+    table = reviewed_table()["records"]
+    assert sorted(table) == sorted(record["id"] for record in doc["records"])
+    for record in doc["records"]:
+        entry = table[record["id"]]
+        assert entry["class"] in doc["classes"] and entry["reason"].strip(), record["id"]
+        assert (record["class"], record["class_reason"], record["needs"]) == \
+            (entry["class"], entry["reason"], entry.get("needs")), record["id"]
+
+
+# Records the review moved (class of the keyword rules before -> class from the record's text).
+MOVED = [
+    ("CVE-2021-47406", "hang/deadlock"),   # was data corruption: an infinite loop in fc replay
+    ("CVE-2023-53270", "crash/BUG"),       # was data corruption: i_disksize > i_size gives a WARNING
+    ("CVE-2023-53101", "crash/BUG"),       # was data corruption: a warning on a corrupted image
+    ("CVE-2026-31452", "crash/BUG"),       # was data corruption: a BUG_ON in ext4_write_inline_data
+    ("CVE-2026-43068", "other"),           # was data corruption: a group already marked corrupt
+    ("CVE-2026-45942", "other"),           # was data corruption: bitmap inconsistency reports
+    ("CVE-2026-45912", "other"),           # was data corruption: an error in space accounting
+    ("CVE-2024-50015", "data corruption"),  # was memory safety: extents beyond i_size, fsck fails
+    ("CVE-2022-49414", "crash/BUG"),       # was memory safety ("KASAN" in the oops banner): BUG_ON
+    ("CVE-2025-40190", "other"),           # was memory safety: an on-disk refcount underflow
+    ("CVE-2021-46945", "other"),           # was crash/BUG: the fix makes errors=panic panic
+    ("CVE-2022-49348", "crash/BUG"),       # was other: a crafted s_state triggers a BUG()
+]
+
+
+@pytest.mark.parametrize("cve, expected", MOVED)
+def test_reviewed_class_of_moved_records(data, cve, expected):
+    assert next(record["class"] for record in data["records"] if record["id"] == cve) == expected
+
+
+def test_data_corruption_only_where_a_healthy_filesystem_loses_data(data):
+    assert sorted(record["id"] for record in data["records"] if record["class"] == "data corruption") == [
+        "CVE-2023-53526", "CVE-2024-26601", "CVE-2024-35807", "CVE-2024-50015", "CVE-2026-45858",
+        "CVE-2026-45892", "CVE-2026-45899", "CVE-2026-45985"]
+
+
+# A record whose text speaks of fast commit (its replay, its ext4_fc_/jbd2_fc_ functions, the
+# ext4_ext_replay_ helpers of the replay) needs fast_commit, but for these, read one by one:
+FAST_COMMIT_TEXT = re.compile(r"fast[_ -]?commit|\bfc[_ ]replay|ext4_fc_|jbd2_fc_|fc_do_one_pass|ext4_ext_replay_", re.I)
+NAMES_FAST_COMMIT_BUT_NEEDS_NONE_OF_IT = {
+    "CVE-2022-49348",  # a crafted superblock sets EXT4_FC_REPLAY in s_state of any filesystem
+    "CVE-2022-49408",  # ext4_fc_free() frees the mount's fs_context, not fast-commit state
+    "CVE-2022-50436",  # the ext4_fc_track_* change only widened a transaction: needs encryption
+    "CVE-2023-53317",  # its log quotes the data=journal warning that names fast_commit
+}
+
+
+@pytest.mark.parametrize("folder", [CNA_FIXTURES, pytest.param(SHARED, marks=pytest.mark.skipif(
+    not os.path.isdir(SHARED), reason="no ../shared/data/kernel-cna-ext4-jbd2 beside the clone"))])
+def test_records_that_speak_of_fast_commit_need_it(data, folder):
+    needs = dict((record["id"], record["needs"]) for record in data["records"])
+    checked = 0
+    for path in _record_files(folder):
+        with open(path) as handle:
+            doc = json.load(handle)
+        if not gen.selected(doc, path):
+            continue
+        cna = doc["containers"]["cna"]
+        text = "\n".join([cna["title"]] + [d["value"] for d in cna.get("descriptions", [])])
+        speaks = bool(FAST_COMMIT_TEXT.search(text)) and doc["cveMetadata"]["cveId"] not in \
+            NAMES_FAST_COMMIT_BUT_NEEDS_NONE_OF_IT
+        assert speaks == (needs[doc["cveMetadata"]["cveId"]] == "fast_commit"), doc["cveMetadata"]["cveId"]
+        checked += speaks
+    assert checked >= (4 if folder == CNA_FIXTURES else 19)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda records: records.pop("CVE-2024-26601"),
+     r"classes\.yml: CVE-2024-26601 \(.*CVE-2024-26601\.json\) has no reviewed class"),
+    (lambda records: records.update({"CVE-2099-0001": {"class": "leak", "reason": "x"}}),
+     r"classes\.yml: CVE-2099-0001: no such record among the source's selected ones"),
+    (lambda records: records["CVE-2024-26601"].update({"class": "data loss"}),
+     r"classes\.yml: records\.CVE-2024-26601\.class 'data loss' is not one of data corruption"),
+    (lambda records: records["CVE-2024-26601"].update({"needs": "fc"}),
+     r"classes\.yml: records\.CVE-2024-26601\.needs 'fc' is not one of bigalloc, casefold"),
+    (lambda records: records["CVE-2024-26601"].pop("reason"),
+     r"classes\.yml: records\.CVE-2024-26601: needs class and reason"),
+    (lambda records: records["CVE-2024-26601"].update({"reason": " "}),
+     r"classes\.yml: records\.CVE-2024-26601\.reason is not a sentence"),
+], ids=["missing", "unknown", "bad class", "bad needs", "no reason", "empty reason"])
+def test_reviewed_table_errors_name_the_file_and_the_id(tmp_path, edit, message):
+    out = tmp_path / "records.json"
+    result = run_tool(CNA_FIXTURES, "-o", str(out), "--reviewed", reviewed_subset(tmp_path, edit=edit))
+    assert result.returncode == 1 and not out.exists()
+    assert re.search(message, result.stderr), result.stderr
 
 
 @pytest.mark.skipif(not os.path.isdir(SHARED), reason="no ../shared/data/kernel-cna-ext4-jbd2 beside the clone")
@@ -108,7 +213,7 @@ def test_all_157_shared_records_give_exactly_the_committed_file():
     with open(DATA_FILE) as handle:
         committed = handle.read()
     source = json.loads(committed)["source"]
-    assert gen.render(gen.collect(gen.read_tree(SHARED)), source) == committed
+    assert gen.render(gen.collect(gen.read_tree(SHARED), gen.read_reviewed(REVIEWED)), source) == committed
 
 
 def _broken_copy(tmp_path, edit):
@@ -127,7 +232,7 @@ def test_unknown_version_entry_names_file_and_field_and_leaves_output_alone(tmp_
     tree, path = _broken_copy(tmp_path, edit)
     out = tmp_path / "records.json"
     out.write_text("previous\n")
-    result = run_tool(str(tree), "-o", str(out))
+    result = run_tool(str(tree), "-o", str(out), "--reviewed", reviewed_subset(tmp_path))
     assert result.returncode == 1
     assert str(path) in result.stderr and "containers.cna.affected[1].versions[2]" in result.stderr
     assert out.read_text() == "previous\n"
@@ -138,29 +243,13 @@ def test_bad_release_and_oversized_record_are_clear_errors(tmp_path):
     def edit(doc):
         doc["containers"]["cna"]["affected"][1]["versions"][2]["version"] = "5.10.x"
     tree, path = _broken_copy(tmp_path, edit)
-    result = run_tool(str(tree), "-o", str(tmp_path / "a.json"))
+    reviewed = reviewed_subset(tmp_path)
+    result = run_tool(str(tree), "-o", str(tmp_path / "a.json"), "--reviewed", reviewed)
     assert result.returncode == 1 and "containers.cna.affected[1].versions[2].version" in result.stderr
     path.write_bytes(b" " * (gen.MAX_RECORD_BYTES + 1))
-    result = run_tool(str(tree), "-o", str(tmp_path / "a.json"))
+    result = run_tool(str(tree), "-o", str(tmp_path / "a.json"), "--reviewed", reviewed)
     assert result.returncode == 1 and "larger than" in result.stderr
     assert not (tmp_path / "a.json").exists()
-
-
-@pytest.mark.parametrize("title, description, expected", [
-    # Title rules come first and hang/deadlock before data corruption: the effect is the deadlock.
-    ("ext4: fix deadlock due to mbcache entry corruption", "", ("hang/deadlock", 1)),
-    ("ext4: fix corruption during on-line resize", "BUG: KASAN: slab-out-of-bounds", ("data corruption", 2)),
-    # KASAN prints "BUG: KASAN": memory safety is tried before crash on the text.
-    ("ext4: update orig_path", "BUG: KASAN: use-after-free in ext4_find_extent", ("memory safety", 7)),
-    # A corrupted image is the trigger here, not the effect.
-    ("ext4: check the superblock", "mounting a corrupted image hits kernel BUG at fs/ext4/super.c",
-     ("crash/BUG", 9)),
-    ("ext4: rework the cache", "This causes corruption of the buddy bitmap", ("data corruption", 6)),
-    ("ext4: tidy up", "lockdep: WARNING: possible circular locking dependency detected", ("hang/deadlock", 8)),
-    ("ext4: use memtostr_pad() for s_volume_name", "s_volume_name is not NUL terminated", ("other", 0)),
-])
-def test_class_rules_in_their_stated_order(title, description, expected):
-    assert gen.classify(title, description)[:2] == expected
 
 
 # --- the data's model agrees with the records' own semantics -------------------------------
@@ -422,6 +511,7 @@ def test_load_rejects_bad_files(tmp_path, content, message):
     ("fixed", {"6.1": "6.1.x"}, r"records\[0\]\.fixed\[6\.1\]"),
     ("fixed_mainline", "six", r"records\[0\]\.fixed_mainline"),
     ("class", "bad", r"records\[0\]\.class 'bad'"),
+    ("needs", "fastcommit", r"records\[0\]\.needs 'fastcommit' is not one of bigalloc, casefold"),
     # the shapes, through contract.KernelRecords
     ("id", "GHSA-1", r"\$\.records\[0\]\.id: Expected `str` that is a CVE id"),
     ("title", "", r"\$\.records\[0\]\.title: Expected `str` of length >= 1"),

@@ -20,10 +20,11 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ROOT, free_port
-from ext4audit import SEVERITIES, reports
+from ext4audit import reports
 from test_baseline import NOBARRIER, NODELALLOC_DISCARD, make_run, record
 from test_html import PLAN, probe_record
 from test_reports import cli
+from test_rules import with_options
 
 RULES = os.path.join(ROOT, "monitoring", "prometheus", "ext4-audit.rules.yml")
 RULE_TESTS = os.path.join(ROOT, "monitoring", "prometheus", "ext4-audit.rules.test.yml")
@@ -49,12 +50,21 @@ def promtool(*args):
 def test_promtool_check_rules():
     rc, out = promtool("check", "rules", RULES)
     assert rc == 0, out
-    assert "SUCCESS: 4 rules found" in out, out
+    assert "SUCCESS: 6 rules found" in out, out
 
 
 def test_promtool_rule_unit_tests():
     rc, out = promtool("test", "rules", RULE_TESTS)
     assert rc == 0, out
+
+
+def test_promtool_check_metrics_on_a_real_report(report_text):
+    """Every family the exporter writes (the probe's d-span included: a `quantile` label is only a
+    summary's) passes promtool's lint, as the real report step writes it."""
+    result = subprocess.run([promtool_or_skip(), "check", "metrics"], input=report_text.encode("utf-8"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert "ext4audit_probe_dspan_bytes" in report_text
+    assert (result.returncode, result.stdout.decode(errors="replace")) == (0, "")
 
 
 def rule_tests_against(tmp_path, rules_text):
@@ -73,6 +83,10 @@ def rule_tests_against(tmp_path, rules_text):
     ("Ext4AuditReportStale", "> 86400", "> 90000"),
     ("Ext4AuditReportStale", "or absent_over_time(ext4audit_last_run_timestamp_seconds[1d])", ""),
     ("Ext4AuditVerdictFail", 'verdict="fail"', 'verdict=~"fail|incomplete"'),
+    ("Ext4AuditVerdictIncomplete", 'verdict="incomplete"} == 1', 'verdict="fail"} == 1'),
+    ("Ext4AuditHostFailsPolicy", "group_left (fail_on) ext4audit_host_fail_on",  # only in a failed run
+     'group_left (fail_on) (ext4audit_host_fail_on and on (instance, job) ext4audit_verdict{verdict="fail"} == 1)'),
+    ("Ext4AuditHostFailsPolicy", "ext4audit_failing_findings)", 'ext4audit_findings{severity=~"critical|high|medium"})'),
 ])
 def test_rule_unit_tests_catch_a_broken_rule(tmp_path, alert, old, new):
     """Each alert's unit tests see it fire when it should not, or stay quiet when it should fire."""
@@ -86,14 +100,17 @@ def test_rule_unit_tests_catch_a_broken_rule(tmp_path, alert, old, new):
 @pytest.fixture(scope="module")
 def report_text(tmp_path_factory):
     """ext4audit.prom as `ext4audit report` writes it for a run with every family: findings (one
-    waived), an unreachable host, a probe and a baseline."""
+    waived), an unreachable host, a probe, a baseline, and a host whose own fail_on (medium) is
+    below the run's (high): it fails by its medium finding."""
     tmp_path = tmp_path_factory.mktemp("monitoring")
     earlier = make_run(tmp_path, "run-1", [record("web-1", ("/data", NODELALLOC_DISCARD))])
     rc, out, err = cli("report", earlier)
     assert rc == 0, (out, err)  # discard is low: a pass
+    own_policy = record("med-4", ("/data", with_options("commit=300")))  # EXT4_LONG_COMMIT: medium
+    own_policy["policy"] = {"fail_on": "medium"}
     run = make_run(tmp_path, "run-2", [record("web-1", ("/data", NOBARRIER), ("/x", NODELALLOC_DISCARD)),
                                        record("db-2", ("/srv", NOBARRIER)),
-                                       record("gone-3", status="unreachable")])
+                                       record("gone-3", status="unreachable"), own_policy])
     os.mkdir(os.path.join(run, "probe"))
     reports.write_json(os.path.join(run, "probe", "plan.json"), PLAN)
     reports.write_json(os.path.join(run, "probe", "web-1.json"), probe_record("web-1", "/data"))
@@ -201,7 +218,7 @@ def test_a_renamed_metric_or_label_is_caught(exported):
     text = open(DASHBOARD, encoding="utf-8").read()
     renamed = load_dashboard(text.replace("ext4audit_probe_dspan_bytes", "ext4audit_probe_dspan"))
     assert unknown(dashboard_queries(renamed), exported) == [
-        "panel 'Probe d-span quantiles per host' A: metric ext4audit_probe_dspan"]
+        "panel 'Probe d-span percentiles per host' A: metric ext4audit_probe_dspan"]
     relabelled = load_dashboard(text.replace('ext4audit_verdict == 1"', 'ext4audit_verdict{state=\\"fail\\"} == 1"'))
     assert unknown(dashboard_queries(relabelled), exported) == [
         "panel 'Verdict' A: label state of ext4audit_verdict", "panel 'Verdict over time' A: label state of ext4audit_verdict"]
@@ -212,13 +229,15 @@ def test_a_renamed_metric_or_label_is_caught(exported):
         "rule Ext4AuditHostNotAudited: metric ext4audit_host_audited"] + [
         "test 'host not audited for a day': metric ext4audit_host_audited"] * 3
     # ... or renaming a label a legend, an aggregation, an annotation or a matcher uses.
-    old = dict(exported, ext4audit_probe_dspan_bytes={"host", "q"}, ext4audit_verdict={"state"},
-               ext4audit_findings={"host", "check", "severity"})
+    old = dict(exported, ext4audit_probe_dspan_bytes={"host", "quantile"}, ext4audit_verdict={"state"},
+               ext4audit_failing_findings={"host", "check", "severity"}, ext4audit_host_fail_on={"host", "policy"})
     assert unknown(dashboard_queries(load_dashboard()), old) == [
-        "panel 'Verdict' A: label verdict", "panel 'Failing hosts' A: label rule",
-        "panel 'Verdict over time' A: label verdict", "panel 'Probe d-span quantiles per host' A: label quantile"]
+        "panel 'Verdict' A: label verdict", "panel 'Failing hosts' A: label fail_on", "panel 'Failing hosts' A: label rule",
+        "panel 'Verdict over time' A: label verdict", "panel 'Probe d-span percentiles per host' A: label percentile"]
     assert unknown(rule_queries(), old) == [
-        "rule Ext4AuditNewHighFinding: label rule", "rule Ext4AuditVerdictFail: label verdict of ext4audit_verdict"]
+        "rule Ext4AuditVerdictFail: label verdict of ext4audit_verdict",
+        "rule Ext4AuditVerdictIncomplete: label verdict of ext4audit_verdict",
+        "rule Ext4AuditHostFailsPolicy: label fail_on", "rule Ext4AuditHostFailsPolicy: label rule"]
 
 
 # ------------------------------------------------------------------ the dashboard's shape
@@ -249,13 +268,9 @@ def test_dashboard_is_a_grafana_dashboard():
             # Every $variable a query names is defined (Grafana would leave it as text).
             assert set(re.findall(r"\$(\w+)", target["expr"])) <= set(variables), where
     assert variables["host"]["datasource"] == source
-    # fail_on's choices: each severity with those above it, by default the role's fail_on.
-    choices = {option["text"]: option["value"] for option in variables["fail_on"]["options"]}
-    assert choices == {s: "|".join(reversed(SEVERITIES[SEVERITIES.index(s):])) for s in SEVERITIES}
-    assert variables["fail_on"]["query"] == ",".join("%s : %s" % choice for choice in choices.items())  # Grafana's source
-    defaults = yaml.safe_load(open(os.path.join(ROOT, "roles", "ext4_audit", "defaults", "main.yml"), encoding="utf-8"))
-    current = variables["fail_on"]["current"]
-    assert current["text"] == defaults["ext4_audit_fail_on"] and current["value"] == choices[current["text"]]
+    # Which findings fail a host is the run's word (each host's own fail_on), not a dashboard choice.
+    assert set(variables) == {"datasource", "host"}
+    assert not [expr for _, expr, _ in dashboard_queries(dashboard) if "severity=~" in expr]
 
 
 # ------------------------------------------------------------------ a real Prometheus on a real report
@@ -313,8 +328,8 @@ def prometheus_server(report_text, tmp_path):
 
 
 def test_a_real_prometheus_answers_the_dashboard_and_evaluates_the_rules(prometheus_server):
-    """Every dashboard query (Grafana's variables at their defaults: all hosts, fail_on high) has an
-    answer from the real report, and Prometheus evaluates every rule on it without an error."""
+    """Every dashboard query (Grafana's variables at their defaults: all hosts) has an answer from
+    the real report, and Prometheus evaluates every rule on it without an error."""
     dashboard = load_dashboard()
     values = {v["name"]: v.get("allValue") if v.get("includeAll") else v["current"].get("value")
               for v in dashboard["templating"]["list"] if v["type"] != "datasource"}
@@ -324,10 +339,14 @@ def test_a_real_prometheus_answers_the_dashboard_and_evaluates_the_rules(prometh
     rules = [rule for group in prometheus_server("rules")["groups"] for rule in group["rules"]]
     assert sorted(rule["name"] for rule in rules) == sorted(where.split()[1] for where, _, _ in rule_queries())
     assert [(rule["name"], rule["health"], rule.get("lastError")) for rule in rules if rule["health"] != "ok"] == []
-    # The report's verdict is incomplete (an unreachable host) and it is fresh: nothing fires yet
-    # (a host's for: 1d has not passed, nothing is new without a day to compare with).
-    assert [(rule["name"], rule["state"]) for rule in rules if rule["state"] == "firing"] == []
-    pending = [(alert["state"], alert["labels"]) for rule in rules for alert in rule["alerts"]]
-    assert [(state, dict(labels, instance=None)) for state, labels in pending] == [
-        ("pending", {"alertname": "Ext4AuditHostNotAudited", "host": "gone-3", "instance": None, "job": "node",
-                     "severity": "warning"})]
+    # The report's verdict is incomplete (an unreachable host) and it is fresh: the verdict fires,
+    # and so does each host that fails its own policy (web-1 at the run's high, med-4 at its own
+    # medium); gone-3's for: 1d has not passed, and nothing is new without a day to compare with.
+    alerts = sorted(((alert["state"], dict(alert["labels"], instance=None)) for rule in rules for alert in rule["alerts"]),
+                    key=lambda alert: sorted(alert[1].items()))
+    target = {"instance": None, "job": "node"}
+    assert alerts == [
+        ("firing", dict(target, alertname="Ext4AuditHostFailsPolicy", host="web-1", fail_on="high", severity="critical")),
+        ("firing", dict(target, alertname="Ext4AuditHostFailsPolicy", host="med-4", fail_on="medium", severity="critical")),
+        ("pending", dict(target, alertname="Ext4AuditHostNotAudited", host="gone-3", severity="warning")),
+        ("firing", dict(target, alertname="Ext4AuditVerdictIncomplete", verdict="incomplete", severity="warning"))]

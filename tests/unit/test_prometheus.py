@@ -3,6 +3,7 @@
 import calendar
 import json
 import os
+import subprocess
 import time
 
 from hypothesis import given, settings, strategies as st
@@ -11,6 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ext4audit import prometheus, reports
 from test_baseline import NOBARRIER, NODELALLOC_DISCARD, make_run, record
+from test_rules import with_options
+from test_monitoring import promtool_or_skip
 from test_reports import HOSTILE, NOW, cli
 
 EVIL = 'we"b\\01\nx{y="z"} 1'  # a quote, a backslash, a newline and text that looks like a sample
@@ -60,12 +63,49 @@ def test_prom_file_from_a_real_report(tmp_path):
     assert "ext4audit_baseline_findings" not in text  # no baseline given
 
 
+def test_a_host_failing_its_own_fail_on_in_an_incomplete_run(tmp_path):
+    """The run's default fail_on is high; own-policy's is medium and its one finding is medium
+    (EXT4_LONG_COMMIT), default-policy's same finding does not fail it, and an unreachable host
+    makes the run incomplete. The textfile says who fails by their own policy, as the verdict does."""
+    own = record("own-policy", ("/data", with_options("commit=300")))
+    own["policy"] = {"fail_on": "medium"}
+    run = make_run(tmp_path, "run-1", [own, record("default-policy", ("/data", with_options("commit=300"))),
+                                       record("gone", status="unreachable")])
+    rc, out, err = cli("report", run)
+    assert rc == 2, (out, err)
+    summary = json.load(open(os.path.join(run, "summary.json")))
+    assert (summary["verdict"], summary["policy"]["fail_on"]) == ("incomplete", "high")
+    assert "1 finding(s) at or above each host's fail_on on 1 host(s)" in summary["reason"]
+    got = samples(open(os.path.join(run, "ext4audit.prom"), encoding="utf-8").read())
+    medium = dict(rule="EXT4_LONG_COMMIT", severity="medium")
+    assert got[("ext4audit_findings", labels(host="own-policy", **medium))] == 1
+    assert got[("ext4audit_findings", labels(host="default-policy", **medium))] == 1
+    assert {dict(k[1])["host"]: v for k, v in got.items() if k[0] == "ext4audit_failing_findings"} == {"own-policy": 1}
+    assert got[("ext4audit_failing_findings", labels(host="own-policy", **medium))] == 1
+    fail_on = {dict(k[1])["host"]: dict(k[1])["fail_on"] for k, v in got.items() if k[0] == "ext4audit_host_fail_on"}
+    assert fail_on == {"own-policy": "medium", "default-policy": "high", "gone": "high"}
+    assert {k for k, v in got.items() if k[0] == "ext4audit_host_fail_on" and v != 1} == set()
+
+
+def test_failing_findings_follow_fail_on_new():
+    """With fail_on_new only new findings fail a host (reports.policy_failures): so the gauge."""
+    high = {"rule": "EXT4_NOBARRIER", "severity": "high", "waived": False, "mountpoint": "/", "device": "/dev/a"}
+    hosts = [{"host": "old", "status": "audited", "findings": [dict(high, baseline="persisting")]},
+             {"host": "new", "status": "audited", "findings": [dict(high, baseline="new"), dict(high, mountpoint="/b",
+                                                                                              baseline="new")]}]
+    summary = reports.summarize(hosts, "run-9", "high", True, NOW, fail_on_new=True)
+    got = samples(prometheus.text(summary, hosts))
+    assert {k: v for k, v in got.items() if k[0] == "ext4audit_failing_findings"} == {
+        ("ext4audit_failing_findings", labels(host="new", rule="EXT4_NOBARRIER", severity="high")): 2}
+    assert got[("ext4audit_findings", labels(host="old", rule="EXT4_NOBARRIER", severity="high"))] == 1
+
+
 def probe_section(status, dspan=None, runs=256):
     sweep = {"runs_completed": runs, "runs_planned": 256, "dspan": dspan} if dspan is not None else None
     return {"status": status, "reason": None, "sweep": sweep, "confirmations": [], "errors": []}
 
 
-def test_probe_quantiles_status_and_baseline():
+def test_probe_percentiles_status_and_baseline():
     hosts = [
         {"host": EVIL, "status": "audited", "findings": [], "probe": probe_section(
             "ran", {"p50": 1048576, "p90": 3.5e6, "p99": 123456789})},
@@ -76,9 +116,9 @@ def test_probe_quantiles_status_and_baseline():
                                 baseline={"run_id": "run-8", "new": [{}], "resolved": [{}, {}], "persisting": 7,
                                           "hosts_added": [], "hosts_removed": []})
     got = samples(prometheus.text(summary, hosts))
-    assert got[("ext4audit_probe_dspan_bytes", labels(host=EVIL, quantile="0.5"))] == 1048576
-    assert got[("ext4audit_probe_dspan_bytes", labels(host=EVIL, quantile="0.9"))] == 3.5e6
-    assert got[("ext4audit_probe_dspan_bytes", labels(host=EVIL, quantile="0.99"))] == 123456789
+    assert got[("ext4audit_probe_dspan_bytes", labels(host=EVIL, percentile="50"))] == 1048576
+    assert got[("ext4audit_probe_dspan_bytes", labels(host=EVIL, percentile="90"))] == 3.5e6
+    assert got[("ext4audit_probe_dspan_bytes", labels(host=EVIL, percentile="99"))] == 123456789
     assert not [k for k in got if k[0] == "ext4audit_probe_dspan_bytes" and dict(k[1])["host"] != EVIL]
     assert got[("ext4audit_probe_status", labels(host=EVIL, status="ran"))] == 1
     assert got[("ext4audit_probe_status", labels(host="short", status="partial"))] == 1
@@ -97,6 +137,27 @@ def test_label_values_round_trip():
     got = samples(prometheus.text(summary, hosts))
     back = sorted(dict(k[1])["host"] for k in got if k[0] == "ext4audit_findings")
     assert back == sorted(names[:-1] + ["lone \\udcff surrogate"])
+
+
+def test_promtool_accepts_hostile_names_and_every_family():
+    """`promtool check metrics` (Prometheus's own parser and lint) on a file with every family,
+    hostile host and rule names, a probe and a baseline."""
+    promtool = promtool_or_skip()
+    hosts = [{"host": name, "status": "audited", "policy": {"fail_on": "low"}, "findings": [
+        {"rule": "EXT4_NOBARRIER", "severity": "high", "waived": False, "mountpoint": name, "device": "/dev/a"},
+        {"rule": "EXT4_ONLINE_DISCARD", "severity": "low", "waived": True, "mountpoint": "/", "device": "/dev/a"}],
+        "probe": probe_section("ran", {"p50": 1048576, "p90": 3.5e6, "p99": 123456789})}
+        for name in (EVIL, "tab\tand unicode \u00e9\u4e2d", "lone \udcff surrogate")]
+    hosts.append({"host": "gone", "status": "unreachable", "findings": []})
+    summary = reports.summarize(hosts, "run-9", "high", True, NOW,
+                                baseline={"run_id": "run-8", "new": [{}], "resolved": [], "persisting": 1,
+                                          "hosts_added": [], "hosts_removed": []})
+    text = prometheus.text(summary, hosts)
+    assert {name for name, _, _ in prometheus.FAMILIES} == {family.name for family in
+                                                            text_string_to_metric_families(text)}
+    result = subprocess.run([promtool, "check", "metrics"], input=text.encode("utf-8"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert (result.returncode, result.stdout.decode(errors="replace")) == (0, "")
 
 
 def _by_prometheus_client(summary, digests):
@@ -126,7 +187,8 @@ _LABEL = st.text(st.sampled_from('ab\\"\n{}= \u00e9\udc80'), max_size=6) | st.ju
     "host": _LABEL, "status": st.sampled_from(["audited", "unreachable"]),
     "metrics": st.lists(st.tuples(st.tuples(st.booleans(), _LABEL, st.sampled_from(["info", "high"])),
                                   st.integers(1, 10 ** 6)), max_size=3),
-    "row": st.fixed_dictionaries({"probe": st.none() | _LABEL}),
+    "row": st.fixed_dictionaries({"probe": st.none() | _LABEL, "fail_on": st.sampled_from(["medium", "high"])}),
+    "bad": st.lists(st.tuples(_LABEL, st.sampled_from(["medium", "high"])), max_size=3),
     "dspan": st.dictionaries(st.sampled_from(["p50", "p90", "p99"]),
                              st.none() | st.integers(0, 2 ** 40) | st.floats(0, 1e12))}), max_size=4),
     st.sampled_from(["pass", "fail", "incomplete"]), st.none() | st.integers(0, 5))

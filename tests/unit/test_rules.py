@@ -158,6 +158,14 @@ def test_every_rule_traces_to_a_source():
         assert not seed_files or any(name.startswith(seed + "_") for name in seed_files), seed
 
 
+def test_the_small_block_dioread_rule_cites_its_fixing_commit():
+    """d1e18b8824dd fixed the bs < ps unwritten-extent conversion: the rule and its kernel issue
+    cite it where the commit lives (git.kernel.org), not only by its id in the text."""
+    commit = "https://git.kernel.org/pub/scm/linux/kernel/git/torvalds/linux.git/commit/?id=d1e18b8824dd"
+    assert any(ref.startswith(commit) for ref in CATALOG.by_id["KERNEL_DIOREAD_NOLOCK_SUBPAGE"]["references"])
+    assert any(ref.startswith(commit) for ref in CATALOG.kernel_issues["DIOREAD_NOLOCK_SUBPAGE_BLOCKS"]["references"])
+
+
 @pytest.mark.parametrize("broken, message", [
     ({"severity": "severe"}, "severity"),
     ({"scope": "cluster"}, "scope"),
@@ -169,6 +177,8 @@ def test_every_rule_traces_to_a_source():
     ({"kind": "performance", "severity": "high"}, "severity high is above medium"),
     ({"kind": "performance", "escalate": [{"when": {"fact": "opt.data", "eq": "x"}, "severity": "high",
                                            "because": "x"}]}, "severity high is above medium"),
+    ({"when": {"fstab_options_refused": "yes"}}, "fstab_options_refused needs a filesystem rule and the value true"),
+    ({"scope": "host", "when": {"fstab_options_refused": True}}, "fstab_options_refused needs a filesystem rule"),
 ])
 def test_catalog_validation(tmp_path, broken, message):
     import yaml

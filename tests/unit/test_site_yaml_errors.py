@@ -90,7 +90,7 @@ def rule_error(tmp_path, old, new):
     ("remediation: {steps: s, cost: c}", "remediation: {steps: s}", "a.yml: rule SITE_RULE: remediation has no cost"),
     ("    tags:", "    tag: [x]\n    tags:",
      "a.yml: rule SITE_RULE: unknown field tag (fields: id, title, scope, kind, severity, when, message, rationale, "
-     "remediation, references, tags, seed, escalate, confirmation, overrides)"),
+     "remediation, references, tags, seed, escalate, severity_by_records, confirmation, overrides)"),
     ("because: b}", "becuase: b}",
      "a.yml: rule SITE_RULE: escalate[0]: unknown field becuase (fields: when, severity, because)"),
     ("title: t", "title: 1.5", "a.yml: rule SITE_RULE: title must be text (quote numbers), got 1.5"),

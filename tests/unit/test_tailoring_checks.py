@@ -79,4 +79,4 @@ def test_a_bad_policy_names_the_host_and_the_variable(doc, message):
 def test_a_record_without_a_policy_gets_the_default_and_skips_nothing():
     assert policy.make(None, CATALOG, "host h", "medium") == (
         {"fail_on": "medium", "rules_select": [], "rules_skip": [], "severity_overrides": {},
-         "capacity_limits": policy.CAPACITY_LIMITS}, {})
+         "kernel_no_fix_counts": False, "capacity_limits": policy.CAPACITY_LIMITS}, {})
