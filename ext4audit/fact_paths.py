@@ -72,7 +72,7 @@ DERIVED = (
     "missing_ext4_features", "reserved_bytes", "database_volume",
 )
 # engine.host_context
-HOST = ("ext4_count", "netfs_count", "fstab_unresolved_count")
+HOST = ("ext4_count", "netfs_count", "disk_image", "fstab_unresolved_count", "image_unread_count")
 
 # scope -> root -> keys: what a rule of that scope sees (the engine's contexts)
 BY_SCOPE = {

@@ -24,15 +24,20 @@ description:
     recovery flag; the result is the filesystem's C(fsck) entry. fstab entries the boot needs that match
     no filesystem of the image are listed in C(image.fstab_unresolved).
   - Every read is bounded. Files are read only up to a size cap (os-release 64 KiB, fstab and
-    grub.cfg 1 MiB, a kernel's first 64 KiB), every command's output is capped and every command
-    is killed after its timeout; what goes over becomes an entry in C(errors).
+    grub.cfg 1 MiB, an fstab entry 4096 bytes, a kernel's first 64 KiB), every command's output is
+    capped and every command is killed after its timeout; what goes over becomes an entry in C(errors).
+  - A file the check needs that is there but cannot be read (over its cap, a FIFO or device node, a
+    symlink loop, a folder too large to list) is listed in C(image.unread) and never counts as
+    absent; without a readable os-release the kernel's vendor is null (a kernel that looks like an
+    upstream one may be a vendor's that backports fixes).
   - The effective mount options are inferred from the defaults of the image's boot kernel, the superblock
     and the fstab options (C(options_source=inferred); C(options_kernel) says which kernel version's
     defaults were used and why), as M(ext4audit.fleet.ext4_facts) does on kernels without C(/proc/fs/ext4/<dev>/options).
   - Nothing is mounted and no loop device is attached, so the image never reaches the controller
     kernel's ext4 code; C(dumpe2fs) and C(debugfs) (read-only) open the file at each partition's
     offset (C(file?offset=N)). In-image paths, symlink targets included, are followed inside the
-    image only and refused unless they are plain characters (they go into debugfs requests).
+    image only (at most 40 links in a path, as the kernel does) and refused unless they are plain
+    characters (they go into debugfs requests).
   - A qcow2 image is converted to a temporary raw copy with C(qemu-img) (removed afterwards); one
     with a backing or external data file is refused, since it would read other files.
   - Never fails on a bad image; what cannot be read becomes an entry in C(errors).
@@ -559,8 +564,8 @@ ext4_image_facts:
               description: The kernel's release.
               type: str
         fstab_unresolved:
-          description: The fstab entries the boot needs (not nofail or noauto) that match no filesystem of the image;
-            null when the root filesystem has no fstab.
+          description: The fstab entries the boot needs (not nofail or noauto) that match no filesystem of the image
+            (empty when the root filesystem has no fstab); null when its fstab could not be read (see RV(ext4_image_facts.image.unread)).
           returned: always
           type: list
           elements: dict
@@ -577,6 +582,22 @@ ext4_image_facts:
             fstype:
               description: The entry's type.
               type: str
+        unread:
+          description: The files the check needs (fstab, os-release, grub.cfg, kernels) that are in the image but
+            could not be read, with the reason (a FIFO or device node, a symlink loop, a folder too large to
+            list, over its size cap, an fstab entry longer than mount(2) takes). The rules that need them are
+            undetermined, and the rule IMAGE_FILE_UNREAD fails the image.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            path:
+              description: The file's path in the image (for an fstab, which filesystem it was read from as the root).
+              type: str
+              sample: /etc/fstab of partition 2
+            reason:
+              description: Why it could not be read.
+              type: str
 """
 
 import os
@@ -591,8 +612,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers import (
-    EXT4_DRIVER_TYPES, FACTS_SCHEMA, NETFS_TYPES, ParseError, ext_fstype, fstab_drift, fstab_mount_tokens, fstab_spec_target,
-    has_ext_magic, infer_options, option_map, parse_bzimage_version, parse_debugfs_fast_link, parse_debugfs_ls,
+    EXT4_DRIVER_TYPES, FACTS_SCHEMA, NETFS_TYPES, ParseError, ext_fstype, fstab_drift, fstab_long_line,
+    fstab_mount_tokens, fstab_spec_target, has_ext_magic, infer_options, option_map, parse_bzimage_version,
+    parse_debugfs_fast_link, parse_debugfs_ls,
     parse_dumpe2fs, parse_dumpe2fs_identity, parse_fstab, parse_grub_first_kernel, parse_os_release,
     parse_partition_table, plain_image_path, release_sort_key,
 )
@@ -613,6 +635,8 @@ FSTAB_CAP = MIB
 TEXT_CAP = MIB  # grub.cfg, dumpe2fs -h, debugfs stat, qemu-img info
 LISTING_CAP = 4 * MIB  # debugfs ls -p of /etc or /boot: some 50,000 entries
 LINK_CAP = 4096  # PATH_MAX: the longest symlink target Linux follows
+SYMLINK_HOPS = 40  # MAXSYMLINKS: how many symlinks the kernel follows in one path lookup
+FSTAB_LINE_CAP = 4096  # mount(2) copies one page of options: a longer fstab entry cannot be mounted as written
 BOOT_FILE_CAP = 1024 * MIB  # a kernel or initrd extracted to boot the image
 STDERR_KEPT = 64 * KIB
 FSCK_KEPT = 64 * KIB  # of e2fsck's output, the rest read and thrown away
@@ -623,6 +647,20 @@ class ImageError(Exception):
     """The image (or a part of it) cannot be read; the message says why."""
 
 
+class Unread(ImageError):
+    """A file the check needs is in the image but could not be read (already recorded in image.unread)."""
+
+
+def file_kind(mode):
+    """What a directory entry that is not a regular file is, for the reason it was not read."""
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "mode %o" % mode
+
+
 class ImageReader:
     """Reads one image; every failure is recorded in self.errors instead of raised."""
 
@@ -630,6 +668,8 @@ class ImageReader:
         self.module = module
         self.params = module.params
         self.errors = []
+        self.unread = []
+        self.os_release_unread = False
         self.raw = None
         self.listings = {}
         self.fscks = {}
@@ -717,7 +757,8 @@ class ImageReader:
                  "errors": self.errors,
                  "image": {"path": self.params["image"], "format": None, "size": None, "partition_table": None,
                            "disk_id": None, "partitions": [], "root": None, "os_release": None, "kernels": [],
-                           "boot_kernel": None, "boot_files": None, "fstab_unresolved": None}}
+                           "boot_kernel": None, "boot_files": None, "fstab_unresolved": None,
+                           "unread": self.unread}}
         workdir = None
         try:
             path = os.path.abspath(self.params["image"])
@@ -816,13 +857,18 @@ class ImageReader:
         image.update(partition_table=table["table"], disk_id=table["disk_id"], partitions=table["partitions"])
         for part in table["partitions"]:
             part["fs"] = self.superblock(part)
-        root, fstab_text = self.find_root(table["partitions"])
+        root, fstab_text, fstab_unread = self.find_root(table["partitions"])
         if root is None:
             return
         image["root"] = {"partition": root["number"], "uuid": root["fs"]["uuid"], "label": root["fs"]["label"]}
+        if fstab_text is None and not fstab_unread:
+            image["fstab_unresolved"] = []  # no fstab: nothing in it to resolve
         mounts = self.fstab(root, fstab_text, table, facts)
         self.mounts = sorted(mounts.items(), key=lambda item: -len(item[0]))  # longest mount point first
-        image["os_release"] = self.os_release()
+        try:
+            image["os_release"] = self.os_release()
+        except Unread:
+            self.os_release_unread = True
         try:
             facts["kernel"] = self.kernels(image)
         except ImageError as exc:
@@ -854,45 +900,53 @@ class ImageReader:
         return "partition %d" % part["number"] if part["number"] is not None else "filesystem"
 
     def find_root(self, partitions):
-        """(root, its /etc/fstab's text): the ext filesystem holding /etc/fstab whose fstab mounts it
-        at / (else the first that has one, else the only ext filesystem, without fstab); (None, None)
-        when there is none."""
-        candidates = []
+        """(root, its /etc/fstab's text, whether that fstab could not be read): the ext filesystem
+        holding /etc/fstab whose fstab mounts it at / (else the first that has one, else the only
+        ext filesystem, without fstab); (None, None, False) when there is none. A filesystem whose
+        fstab cannot be read is recorded in image.unread, whichever is taken as the root."""
+        candidates, unread = [], []
         for part in partitions:
             if part["fs"] is None:
                 continue
-            text = self.own_fstab(part)
+            try:
+                text = self.own_fstab(part)
+            except Unread:
+                unread.append(part)
+                continue
             if text is not None:
                 candidates.append((part, text))
         for part, text in candidates:
             entries, _ = parse_fstab(text)
             for entry in entries:
                 if entry["mountpoint"] == "/" and self.match(entry["spec"], [part], None) is part:
-                    return part, text
+                    return part, text, False
         if candidates:
-            return candidates[0]
+            return candidates[0] + (False,)
         ext = [part for part in partitions if part["fs"] is not None]
         if len(ext) == 1:
-            self.error(self.where(ext[0]), "no readable /etc/fstab: taken as the root filesystem, the only ext2/3/4 one")
-            return ext[0], None
-        self.error("image", "no root filesystem: none of the %d ext2/3/4 filesystem(s) has /etc/fstab" % len(ext)
+            if not unread:
+                self.error(self.where(ext[0]), "no /etc/fstab: taken as the root filesystem, the only ext2/3/4 one")
+            return ext[0], None, bool(unread)
+        self.error("image", "no root filesystem: none of the %d ext2/3/4 filesystem(s) has a readable /etc/fstab%s"
+                   % (len(ext), " (%d could not be read)" % len(unread) if unread else "")
                    if ext else "no ext2/3/4 filesystem in the image (partitions: %s)"
                    % (", ".join("%s %s" % (p["number"], p["type_name"] or p["type"]) for p in partitions) or "none"))
-        return None, None
+        return None, None, False
 
     def own_fstab(self, part):
-        """The text of a filesystem's own /etc/fstab (read as if it were the root), or None."""
-        try:
-            found = [entry for entry in self.listing(part, "/etc") if entry["name"] == "fstab"]
-        except ImageError:
-            return None  # no /etc: not a root filesystem
-        if not found:
+        """The text of a filesystem's own /etc/fstab (read as if it were the root, its symlinks
+        followed inside it), or None when it has none. Raises Unread (recorded) when it is there but
+        cannot be read, or has an entry longer than mount(2) takes."""
+        data = self.read_path("/etc/fstab", "fstab", FSTAB_CAP, root=part)
+        if data is None:
             return None
-        try:
-            return self.cat(part, "/etc/fstab", found[0], FSTAB_CAP).decode("utf-8", "replace")
-        except ImageError as exc:
-            self.error("fstab", "/etc/fstab of %s: %s" % (self.where(part), exc))
-            return None
+        text = data.decode("utf-8", "replace")
+        too_long = fstab_long_line(text, FSTAB_LINE_CAP)
+        if too_long:
+            raise self.unread_file("fstab", "/etc/fstab of %s" % self.where(part),
+                                   "line %d is %d bytes, over the %d bytes mount(2) takes for an entry's options: "
+                                   "not read" % (too_long[0], too_long[1], FSTAB_LINE_CAP))
+        return text
 
     def match(self, spec, partitions, root):
         """The partition an fstab source names, or None."""
@@ -909,7 +963,8 @@ class ImageReader:
 
     def fstab(self, root, text, table, facts):
         """Mount points -> (partition, fstab entry) for the ext filesystems the image mounts; the
-        entries the boot needs that match none go to image.fstab_unresolved."""
+        entries the boot needs that match none go to image.fstab_unresolved (empty without an
+        fstab; it stays None when the fstab could not be read: text None and in image.unread)."""
         mounts = {"/": (root, None)}
         if text is None:
             return mounts
@@ -1012,20 +1067,21 @@ class ImageReader:
         if not plain_image_path(inner):
             raise ImageError("refused in-image path %r: not plain characters" % inner)
         if not stat.S_ISREG(entry["mode"]):
-            raise ImageError("not a regular file")
+            raise ImageError("not a regular file (%s)" % file_kind(entry["mode"]))
         if not head and entry["size"] > cap:
             raise ImageError("%d bytes, over the %d-byte cap for this file: not read" % (entry["size"], cap))
         return self.debugfs(part, "cat " + inner, cap, head)
 
-    def mount_for(self, path):
-        for mountpoint, (part, _) in self.mounts:
+    @staticmethod
+    def mount_for(path, mounts):
+        for mountpoint, (part, _) in mounts:
             if path == mountpoint or path.startswith(mountpoint.rstrip("/") + "/"):
                 return part, "/" + path[len(mountpoint):].lstrip("/")
         raise ImageError("no filesystem for %s" % path)
 
-    def lookup(self, path):
+    def lookup(self, path, mounts):
         """The directory entry at an image path (its parent already resolved), or None."""
-        part, inner = self.mount_for(path)
+        part, inner = self.mount_for(path, mounts)
         if inner == "/":
             return part, inner, {"mode": stat.S_IFDIR}
         parent, name = inner.rsplit("/", 1)
@@ -1034,10 +1090,14 @@ class ImageReader:
                 return part, inner, entry
         return part, inner, None
 
-    def resolve(self, path):
-        """Follow symlinks component by component inside the image: absolute targets start at the
-        image's root and '..' stops there. Returns (partition, path in it, entry) or None when
-        something on the way is missing. Raises ImageError on a refused or looping path."""
+    def resolve(self, path, mounts=None):
+        """Follow symlinks component by component inside the image, as the booted system would:
+        absolute targets start at the image's root, '..' stops there, and at most SYMLINK_HOPS links
+        are followed (the kernel's limit). mounts: (mount point, (partition, fstab entry)) pairs,
+        longest mount point first (default: the image's, from its fstab). Returns (partition, path in
+        it, entry) or None when something on the way is missing. Raises ImageError on a refused or
+        looping path, and on a directory on the way that cannot be listed."""
+        mounts = self.mounts if mounts is None else mounts
         done, todo, hops = "/", [p for p in path.split("/") if p], 0
         while todo:
             part_name = todo.pop(0)
@@ -1049,13 +1109,13 @@ class ImageReader:
             candidate = done.rstrip("/") + "/" + part_name
             if not plain_image_path(candidate):
                 raise ImageError("refused in-image path %r: not plain characters" % candidate)
-            part, inner, entry = self.lookup(candidate)
+            part, inner, entry = self.lookup(candidate, mounts)
             if entry is None:
                 return None
             if stat.S_ISLNK(entry["mode"]):
                 hops += 1
-                if hops > 40:
-                    raise ImageError("too many symlinks resolving %s" % path)
+                if hops > SYMLINK_HOPS:
+                    raise ImageError("more than %d symlinks resolving %s (a loop?)" % (SYMLINK_HOPS, path))
                 target = self.readlink(part, inner)
                 if not target or not plain_image_path("/" + target.lstrip("/")):
                     raise ImageError("refused symlink %s -> %r: the target is not plain characters" % (candidate, target))
@@ -1063,9 +1123,10 @@ class ImageReader:
                 if target.startswith("/"):
                     done = "/"
                 continue
+            if todo and not stat.S_ISDIR(entry["mode"]):
+                return None  # a file where a folder is needed: ENOTDIR, nothing there
             done = candidate
-        part, inner, entry = self.lookup(done)
-        return part, inner, entry
+        return self.lookup(done, mounts)
 
     def readlink(self, part, inner):
         fast = parse_debugfs_fast_link(self.debugfs(part, "stat " + inner).decode("utf-8", "replace"))
@@ -1074,29 +1135,49 @@ class ImageReader:
         # a slow symlink keeps its target in a data block
         return self.debugfs(part, "cat " + inner, LINK_CAP).decode("utf-8", "replace")
 
-    def read_path(self, path, where, cap, head=False):
-        """The bytes of a regular file at an image path (symlinks followed; see cat for cap and
-        head), or None: silently when there is none, with an error when it cannot be read."""
+    def read_path(self, path, where, cap, head=False, root=None):
+        """The bytes of the regular file at an image path (symlinks followed inside the image; see
+        cat for cap and head), or None when there is no file there. A file that is there but
+        cannot be read (a FIFO or device, a symlink loop, over its cap, a folder on the way that
+        cannot be listed) raises Unread, after it is recorded in image.unread and errors: the rules
+        that need it are then undetermined and IMAGE_FILE_UNREAD fails the image. root: read as if
+        this partition were the image's root (whose fstab is not read yet)."""
+        mounts = None if root is None else [("/", (root, None))]
         try:
-            found = self.resolve(path)
-            if found is None or not stat.S_ISREG(found[2]["mode"]):
+            found = self.resolve(path, mounts)
+            if found is None:
                 return None
             return self.cat(found[0], found[1], found[2], cap, head)
         except ImageError as exc:
-            self.error(where, "%s: %s" % (path, exc))
-            return None
+            raise self.unread_file(where, path if root is None else "%s of %s" % (path, self.where(root)), str(exc))
 
-    def read_text(self, path, where, cap):
-        data = self.read_path(path, where, cap)
-        return None if data is None else data.decode("utf-8", "replace")
+    def unread_file(self, where, path, reason):
+        """Record a file the check needs and could not read (image.unread and errors); the Unread to raise."""
+        self.unread.append({"path": path, "reason": reason})
+        self.error(where, "%s: %s" % (path, reason))
+        return Unread("%s: %s" % (path, reason))
 
     # ------------------------------------------------------------------ system
     def os_release(self):
+        """The image's os-release as a dict, or None when there is none. /usr/lib/os-release is only
+        read when /etc/os-release does not exist, as systemd does. Raises Unread (recorded)."""
         for path in ("/etc/os-release", "/usr/lib/os-release"):
-            text = self.read_text(path, "os-release", OS_RELEASE_CAP)
-            if text is not None:
-                return parse_os_release(text)
+            data = self.read_path(path, "os-release", OS_RELEASE_CAP)
+            if data is not None:
+                return parse_os_release(data.decode("utf-8", "replace"))
         return None
+
+    def identify(self, release, version, os_release):
+        """identify() of an image's kernel. Without a readable os-release a kernel that looks like
+        an upstream one may be a vendor's (SUSE's is told by os-release alone) that backports fixes:
+        its vendor is then unknown and the upstream version alone does not decide (the kernel
+        rules are undetermined)."""
+        info = identify(release, "Linux version " + version, "", os_release or {})
+        if self.os_release_unread and info["vendor"] == "mainline":
+            info.update(vendor=None, backports=True)
+            info["notes"].append("the image's os-release could not be read: whose kernel this is cannot be told, "
+                                 "so its upstream version alone does not decide")
+        return info
 
     def kernels(self, image):
         """Every /boot/vmlinuz-* with its version string; the boot kernel as the kernel facts."""
@@ -1114,7 +1195,10 @@ class ImageReader:
             if not name.startswith("vmlinuz-"):
                 continue
             path = "/boot/" + name
-            data = self.read_path(path, "kernel", BZIMAGE_HEAD, head=True)
+            try:
+                data = self.read_path(path, "kernel", BZIMAGE_HEAD, head=True)
+            except Unread:
+                continue
             if data is None:
                 continue
             try:
@@ -1136,18 +1220,17 @@ class ImageReader:
             return None
         image["boot_kernel"] = {"release": chosen["release"], "why": why}
         os_release = image["os_release"] or {}
-        proc_version = "Linux version " + chosen["version"]
-        info = identify(chosen["release"], proc_version, "", os_release)
+        info = self.identify(chosen["release"], chosen["version"], os_release)
         info.update({
-            "proc_version": proc_version,
+            "proc_version": "Linux version " + chosen["version"],
             "version_signature": None,
             "os_release": self.os_release_subset(os_release),
             "page_size": 4096,  # x86, the only kernel format read here
             "source": "image",
         })
         for kernel in image["kernels"]:
-            kernel.update(dict((k, v) for k, v in identify(kernel["release"], "Linux version " + kernel["version"],
-                                                           "", os_release).items() if k in ("vendor", "upstream")))
+            found = self.identify(kernel["release"], kernel["version"], os_release)
+            kernel.update(vendor=found["vendor"], upstream=found["upstream"])
         return info
 
     def boot_kernel(self, kernels):
@@ -1172,8 +1255,11 @@ class ImageReader:
                 if path in by_path:
                     return by_path[path], "the target of %s" % link
         for cfg in ("/boot/grub/grub.cfg", "/boot/grub2/grub.cfg"):
-            text = self.read_text(cfg, "kernel", TEXT_CAP)
-            first = parse_grub_first_kernel(text or "")
+            try:
+                data = self.read_path(cfg, "kernel", TEXT_CAP)
+            except Unread:
+                continue
+            first = parse_grub_first_kernel((data or b"").decode("utf-8", "replace"))
             if first:
                 for kernel in kernels:
                     if kernel["path"].rsplit("/", 1)[1] == first.rsplit("/", 1)[-1]:
