@@ -39,7 +39,9 @@ description:
     image only (at most 40 links in a path, as the kernel does) and refused unless they are plain
     characters (they go into debugfs requests).
   - A qcow2 image is converted to a temporary raw copy with C(qemu-img) (removed afterwards); one
-    with a backing or external data file is refused, since it would read other files.
+    with a backing or external data file is refused, since it would read other files, and so is one
+    whose virtual size (the raw copy's size, however small the qcow2 file is) is more than
+    O(tmp_dir) has free.
   - Never fails on a bad image; what cannot be read becomes an entry in C(errors).
 options:
   image:
@@ -73,6 +75,12 @@ options:
       convert) may run before it is killed; a filesystem whose check did not finish is not clean.
     type: int
     default: 900
+  budget:
+    description: Seconds the whole check may take. Every command is killed at the end of the budget
+      at the latest, and the check stops there; RV(ext4_image_facts.image.incomplete) then says so
+      and which steps were not done, and the facts are not complete enough to judge the image.
+    type: int
+    default: 600
 notes:
   - Needs e2fsprogs (and qemu-utils for qcow2) on the host that runs it, usually the controller.
   - Partition tables are read with 512-byte sectors (and 4096 for GPT); LVM and md sources in fstab
@@ -582,6 +590,29 @@ ext4_image_facts:
             fstype:
               description: The entry's type.
               type: str
+        budget_s:
+          description: The check's time budget in seconds (O(budget)).
+          returned: always
+          type: int
+          sample: 600
+        steps:
+          description: Each step of the check that ran, in order, with the seconds it took.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            step:
+              description: The step (qcow2 to raw copy, partition table and superblocks, root filesystem and
+                fstab, os-release and kernels, e2fsck -fn of the filesystems, boot files).
+              type: str
+            seconds:
+              description: How long it took.
+              type: float
+        incomplete:
+          description: Null, or why the check did not finish (its time budget ran out) and which steps were not
+            done; the image is then not judged.
+          returned: always
+          type: str
         unread:
           description: The files the check needs (fstab, os-release, grub.cfg, kernels) that are in the image but
             could not be read, with the reason (a FIFO or device node, a symlink loop, a folder too large to
@@ -600,6 +631,7 @@ ext4_image_facts:
               type: str
 """
 
+import contextlib
 import os
 import re
 import selectors
@@ -641,10 +673,23 @@ BOOT_FILE_CAP = 1024 * MIB  # a kernel or initrd extracted to boot the image
 STDERR_KEPT = 64 * KIB
 FSCK_KEPT = 64 * KIB  # of e2fsck's output, the rest read and thrown away
 BZIMAGE_HEAD = 64 * KIB  # the setup header and the version string it points at sit in the first sectors
+# The steps of the check, in order (image.steps times each; an incomplete check names those not done).
+STEP_QCOW2 = "qcow2 to raw copy"
+STEP_TABLE = "partition table and superblocks"
+STEP_ROOT = "root filesystem and fstab"
+STEP_SYSTEM = "os-release and kernels"
+STEP_FSCK = "e2fsck -fn of the filesystems"
+STEP_BOOT_FILES = "boot files"
+STEPS = (STEP_QCOW2, STEP_TABLE, STEP_ROOT, STEP_SYSTEM, STEP_FSCK, STEP_BOOT_FILES)
 
 
 class ImageError(Exception):
     """The image (or a part of it) cannot be read; the message says why."""
+
+
+class OutOfTime(Exception):
+    """The whole check's time budget ran out. Not an ImageError: nothing may take it for a file that
+    could not be read or a filesystem that is not clean; it ends the check, which is incomplete."""
 
 
 class Unread(ImageError):
@@ -670,6 +715,9 @@ class ImageReader:
         self.errors = []
         self.unread = []
         self.os_release_unread = False
+        self.deadline = time.monotonic() + module.params["budget"]
+        self.steps = []
+        self.current = None
         self.raw = None
         self.listings = {}
         self.fscks = {}
@@ -693,6 +741,11 @@ class ImageReader:
         bytes of its output. Returns (rc, out, err, over): over is True when it printed more; it is
         then killed (rc None) unless drain, which reads the rest and throws it away to learn its exit
         code. A command still running at its timeout is killed and raises ImageError."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise OutOfTime("before %s" % os.path.basename(argv[0]))
+        # the budget cuts a command short: then the budget, not the command, is what ran out
+        by_budget, timeout = left < timeout, min(timeout, left)
         env = dict(os.environ, **ENV)
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=env, start_new_session=True)  # its own group: killed with any child
@@ -706,7 +759,7 @@ class ImageReader:
                 while selector.get_map() and not (over and not drain):
                     ready = selector.select(deadline - time.monotonic())
                     if not ready:
-                        raise ImageError("%s did not finish in %d s: killed" % (os.path.basename(argv[0]), timeout))
+                        raise self.too_slow(argv, timeout, by_budget)
                     for key, _ in ready:
                         data = os.read(key.fd, 65536)
                         if not data:
@@ -720,7 +773,7 @@ class ImageReader:
             try:
                 rc = proc.wait(max(deadline - time.monotonic(), 0))
             except subprocess.TimeoutExpired:
-                raise ImageError("%s did not finish in %d s: killed" % (os.path.basename(argv[0]), timeout))
+                raise self.too_slow(argv, timeout, by_budget)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -728,6 +781,14 @@ class ImageReader:
             proc.stdout.close()
             proc.stderr.close()
         return rc, bytes(kept[proc.stdout]), kept[proc.stderr].decode("utf-8", "replace"), over
+
+    @staticmethod
+    def too_slow(argv, timeout, by_budget):
+        """The error of a command killed at its timeout, or at the end of the check's budget."""
+        name = os.path.basename(argv[0])
+        if by_budget:
+            return OutOfTime("%s was killed at the end of the budget" % name)
+        return ImageError("%s did not finish in %d s: killed" % (name, timeout))
 
     def e2fs(self, name, args, part, limit, head=False):
         """Run dumpe2fs or debugfs on the filesystem at a partition's offset; its output as bytes, at
@@ -759,18 +820,26 @@ class ImageReader:
                            "disk_id": None, "partitions": [], "root": None, "os_release": None, "kernels": [],
                            "boot_kernel": None, "boot_files": None, "fstab_unresolved": None,
                            "unread": self.unread}}
+        facts["image"].update(budget_s=self.params["budget"], steps=self.steps, incomplete=None)
         workdir = None
         try:
             path = os.path.abspath(self.params["image"])
             facts["image"]["format"] = self.check_image(path)
             if facts["image"]["format"] == "qcow2":
                 workdir = tempfile.mkdtemp(prefix="ext4-image-", dir=self.params["tmp_dir"])
-                self.raw = self.qcow2_to_raw(path, workdir)
+                with self.step(STEP_QCOW2):
+                    self.raw = self.qcow2_to_raw(path, workdir)
             else:
                 self.raw = path
             if "?" in self.raw:
                 raise ImageError("path %r holds '?', which e2fsprogs reads as the start of I/O options" % self.raw)
             self.read_image(facts)
+        except OutOfTime as exc:
+            left = [name for name in STEPS[STEPS.index(self.current):]
+                    if name != STEP_BOOT_FILES or self.params["boot_files_dir"]]
+            facts["image"]["incomplete"] = "the check's time budget of %d s ran out (%s); not done: %s" % (
+                self.params["budget"], exc, ", ".join(left))
+            self.error("image", facts["image"]["incomplete"])
         except ImageError as exc:
             self.error("image", str(exc))
         except (IOError, OSError) as exc:  # the work folder or a controller file
@@ -830,11 +899,14 @@ class ImageReader:
             raise ImageError("qcow2 image refers to another file (%s): refused, it would be read too; "
                              "convert it to a standalone image first (qemu-img convert)"
                              % (info.get("backing-filename") or data_file))
+        # The raw copy is as large as the virtual disk: a compressed qcow2 (actual-size) can be far smaller.
+        needed = info.get("virtual-size")
+        if not isinstance(needed, int) or isinstance(needed, bool) or needed <= 0:
+            raise ImageError("qemu-img info gave no virtual size (%r): the raw copy's size is unknown" % (needed,))
         vfs = os.statvfs(workdir)
-        needed = int(info.get("actual-size") or 0)
         if vfs.f_bavail * vfs.f_frsize < needed:
-            raise ImageError("%s has %d MiB free, the raw copy of this image needs about %d MiB"
-                             % (workdir, vfs.f_bavail * vfs.f_frsize // 1048576, needed // 1048576))
+            raise ImageError("%s has %d MiB free, the raw copy of this image needs up to its virtual size, %d MiB: "
+                             "refused before writing" % (workdir, vfs.f_bavail * vfs.f_frsize // MIB, needed // MIB))
         raw = os.path.join(workdir, "image.raw")
         rc, out, err, _ = self.run([qemu_img, "convert", "-f", "qcow2", "-O", "raw", path, raw], TEXT_CAP,
                                    self.params["scan_timeout"], drain=True)
@@ -850,35 +922,49 @@ class ImageReader:
     def read_image(self, facts):
         image = facts["image"]
         image["size"] = os.path.getsize(self.raw)
-        try:
-            table = parse_partition_table(self.read, image["size"])
-        except ParseError as exc:
-            raise ImageError(str(exc))
-        image.update(partition_table=table["table"], disk_id=table["disk_id"], partitions=table["partitions"])
-        for part in table["partitions"]:
-            part["fs"] = self.superblock(part)
-        root, fstab_text, fstab_unread = self.find_root(table["partitions"])
-        if root is None:
-            return
-        image["root"] = {"partition": root["number"], "uuid": root["fs"]["uuid"], "label": root["fs"]["label"]}
-        if fstab_text is None and not fstab_unread:
-            image["fstab_unresolved"] = []  # no fstab: nothing in it to resolve
-        mounts = self.fstab(root, fstab_text, table, facts)
-        self.mounts = sorted(mounts.items(), key=lambda item: -len(item[0]))  # longest mount point first
-        try:
-            image["os_release"] = self.os_release()
-        except Unread:
-            self.os_release_unread = True
-        try:
-            facts["kernel"] = self.kernels(image)
-        except ImageError as exc:
-            self.error("kernel", str(exc))
-        # the options are inferred for the kernel the image boots
-        inferred_for = options_kernel(facts["kernel"], "the image's boot kernel")
-        for mountpoint, (part, entry) in sorted(mounts.items()):
-            facts["filesystems"].append(self.filesystem(mountpoint, part, entry, inferred_for))
+        with self.step(STEP_TABLE):
+            try:
+                table = parse_partition_table(self.read, image["size"])
+            except ParseError as exc:
+                raise ImageError(str(exc))
+            image.update(partition_table=table["table"], disk_id=table["disk_id"], partitions=table["partitions"])
+            for part in table["partitions"]:
+                part["fs"] = self.superblock(part)
+        with self.step(STEP_ROOT):
+            root, fstab_text, fstab_unread = self.find_root(table["partitions"])
+            if root is None:
+                return
+            image["root"] = {"partition": root["number"], "uuid": root["fs"]["uuid"], "label": root["fs"]["label"]}
+            if fstab_text is None and not fstab_unread:
+                image["fstab_unresolved"] = []  # no fstab: nothing in it to resolve
+            mounts = self.fstab(root, fstab_text, table, facts)
+            self.mounts = sorted(mounts.items(), key=lambda item: -len(item[0]))  # longest mount point first
+        with self.step(STEP_SYSTEM):
+            try:
+                image["os_release"] = self.os_release()
+            except Unread:
+                self.os_release_unread = True
+            try:
+                facts["kernel"] = self.kernels(image)
+            except ImageError as exc:
+                self.error("kernel", str(exc))
+        with self.step(STEP_FSCK):
+            # the options are inferred for the kernel the image boots
+            inferred_for = options_kernel(facts["kernel"], "the image's boot kernel")
+            for mountpoint, (part, entry) in sorted(mounts.items()):
+                facts["filesystems"].append(self.filesystem(mountpoint, part, entry, inferred_for))
         if self.params["boot_files_dir"] and image["boot_kernel"]:
-            image["boot_files"] = self.extract_boot_files(image)
+            with self.step(STEP_BOOT_FILES):
+                image["boot_files"] = self.extract_boot_files(image)
+
+    @contextlib.contextmanager
+    def step(self, name):
+        """Time one step of the check into image.steps (also when it fails or the budget runs out)."""
+        self.current, start = name, time.monotonic()
+        try:
+            yield
+        finally:
+            self.steps.append({"step": name, "seconds": round(time.monotonic() - start, 3)})
 
     # ------------------------------------------------------------- filesystems
     def superblock(self, part):
@@ -1319,6 +1405,7 @@ def main():
             tmp_dir=dict(type="path"),
             timeout=dict(type="int", default=60),
             scan_timeout=dict(type="int", default=900),
+            budget=dict(type="int", default=600),
         ),
         supports_check_mode=True,
     )

@@ -138,9 +138,10 @@ def image_rules(facts):
 
 def offline_verdict(facts):
     """(verdict, host report) of the offline host of these facts, as the report step gives it
-    (playbooks/ami_precheck.yml records it audited when a root filesystem was found)."""
-    record = {"host": "image-offline", "status": "audited" if facts["image"]["root"] else "failed",
-              "reason": None if facts["image"]["root"] else reasons(facts), "facts": facts}
+    (playbooks/ami_precheck.yml records it audited when a root filesystem was found and the check finished)."""
+    judged = facts["image"]["root"] is not None and facts["image"]["incomplete"] is None
+    record = {"host": "image-offline", "status": "audited" if judged else "failed",
+              "reason": None if judged else facts["image"]["incomplete"] or reasons(facts), "facts": facts}
     report = fleet.build_host_report(record, catalog_mod.load(os.path.join(ROOT, "rules")), [], "test",
                                      datetime.datetime.now(datetime.timezone.utc))
     return reports.verdict([report], "high", True)[0], report
@@ -536,6 +537,12 @@ def test_a_readable_image_passes(tmp_path):
     verdict, report = offline_verdict(facts)
     assert verdict == "pass", report["findings"]
     assert "IMAGE_FSTAB_UNRESOLVED" in [p["rule"] for p in report["passed"]]
+    # each step's time is in the record
+    assert [step["step"] for step in facts["image"]["steps"]] == [
+        "partition table and superblocks", "root filesystem and fstab", "os-release and kernels",
+        "e2fsck -fn of the filesystems"]
+    assert all(0 <= step["seconds"] < 30 for step in facts["image"]["steps"])
+    assert facts["image"]["incomplete"] is None and facts["image"]["budget_s"] == 600
 
 
 def test_fstab_symlink_is_read_through_inside_the_image(tmp_path):
@@ -780,3 +787,62 @@ def test_offline_precheck_of_an_image_whose_fstab_loops(tmp_path):
     assert "IMAGE_FSTAB_UNRESOLVED" not in [p["rule"] for p in report["passed"]]
     assert "IMAGE_FSTAB_UNRESOLVED" in [u["rule"] for u in report["undetermined"]]
     assert [f["rule"] for f in report["findings"] if f["severity"] == "high"] == ["IMAGE_FILE_UNREAD"]
+
+
+# ------------------------------------------------------ time and space bounds (issue 27)
+def test_a_slow_image_stops_at_the_budget_as_incomplete(tmp_path):
+    """300 /boot/vmlinuz-* symlinks, each into a chain of 39 more links (1,000 such took 134 s): with a
+    budget of 2 s the check stops there, names the steps not done, and the image is not judged."""
+    tree = readable_root(tmp_path)
+    boot = os.path.join(tree, "boot")
+    for hop in range(39):
+        os.symlink("chain-%d" % (hop + 1) if hop < 38 else "vmlinuz-" + KNEW[0], os.path.join(boot, "chain-%d" % hop))
+    for number in range(300):
+        os.symlink("chain-0", os.path.join(boot, "vmlinuz-5.%d.0" % number))
+    disk = str(tmp_path / "slow.raw")
+    mkfs(disk, tree, "32M", "-U", ROOT_UUID)
+    start = time.monotonic()
+    facts = image_facts(tmp_path, image=disk, budget=2)
+    assert time.monotonic() - start < 20  # ansible's own start-up included
+    image = facts["image"]
+    assert image["incomplete"] == ("the check's time budget of 2 s ran out (debugfs was killed at the end of the "
+                                   "budget); not done: os-release and kernels, e2fsck -fn of the filesystems"), \
+        image["incomplete"]
+    assert [step["step"] for step in image["steps"]][-1] == "os-release and kernels"
+    assert sum(step["seconds"] for step in image["steps"]) < 3
+    verdict, report = offline_verdict(facts)
+    assert verdict == "incomplete" and report["status"] == "failed" and report["reason"] == image["incomplete"]
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 64 MiB tmpfs: the work folder given to the check."""
+    folder = tmp_path / "work"
+    folder.mkdir()
+    run(["mount", "-t", "tmpfs", "-o", "size=64m,mode=0700", "tmpfs", str(folder)])
+    yield folder
+    run(["umount", str(folder)])
+
+
+def test_a_qcow2_larger_than_the_work_folder_is_refused_before_writing(tmp_path, small_tmpfs):
+    """A compressed qcow2 of a few MiB whose virtual disk is 256 MiB of data: the free-space check
+    used qemu-img's actual-size and went on to write the raw copy until the work folder was full
+    (4,055 MiB to /var/tmp for a 5.9 MB image). Now its virtual size is checked, before writing."""
+    tree = readable_root(tmp_path)
+    with open(os.path.join(tree, "filler"), "wb") as handle:
+        handle.write(b"compressible, not zero " * (200 * MIB // 23))
+    raw = str(tmp_path / "big.raw")
+    mkfs(raw, tree, "256M", "-U", ROOT_UUID)
+    qcow2 = str(tmp_path / "big.qcow2")
+    run(["qemu-img", "convert", "-c", "-f", "raw", "-O", "qcow2", raw, qcow2])
+    assert os.path.getsize(qcow2) < 16 * MIB
+    facts = image_facts(tmp_path, image=qcow2, tmp_dir=str(small_tmpfs))
+    [error] = facts["errors"]
+    assert error["where"] == "image" and error["reason"].startswith(str(small_tmpfs / "ext4-image-")), error
+    assert error["reason"].endswith(" has 64 MiB free, the raw copy of this image needs up to its virtual size, "
+                                    "256 MiB: refused before writing"), error
+    assert os.listdir(str(small_tmpfs)) == []
+    assert offline_verdict(facts)[0] == "incomplete"
+    # the same image with room for its raw copy is read
+    roomy = image_facts(tmp_path / "roomy", image=qcow2, tmp_dir=str(tmp_path))
+    assert roomy["image"]["root"] is not None and roomy["image"]["steps"][0]["step"] == "qcow2 to raw copy"
