@@ -790,9 +790,8 @@ def test_offline_precheck_of_an_image_whose_fstab_loops(tmp_path):
 
 
 # ------------------------------------------------------ time and space bounds (issue 27)
-def test_a_slow_image_stops_at_the_budget_as_incomplete(tmp_path):
-    """300 /boot/vmlinuz-* symlinks, each into a chain of 39 more links (1,000 such took 134 s): with a
-    budget of 2 s the check stops there, names the steps not done, and the image is not judged."""
+def slow_image(tmp_path):
+    """300 /boot/vmlinuz-* symlinks, each into a chain of 39 more links (1,000 such took 134 s)."""
     tree = readable_root(tmp_path)
     boot = os.path.join(tree, "boot")
     for hop in range(39):
@@ -801,6 +800,13 @@ def test_a_slow_image_stops_at_the_budget_as_incomplete(tmp_path):
         os.symlink("chain-0", os.path.join(boot, "vmlinuz-5.%d.0" % number))
     disk = str(tmp_path / "slow.raw")
     mkfs(disk, tree, "32M", "-U", ROOT_UUID)
+    return disk
+
+
+def test_a_slow_image_stops_at_the_budget_as_incomplete(tmp_path):
+    """With a budget of 2 s the check of a slow image stops there, names the steps not done, and the
+    image is not judged."""
+    disk = slow_image(tmp_path)
     start = time.monotonic()
     facts = image_facts(tmp_path, image=disk, budget=2)
     assert time.monotonic() - start < 20  # ansible's own start-up included
@@ -846,3 +852,19 @@ def test_a_qcow2_larger_than_the_work_folder_is_refused_before_writing(tmp_path,
     # the same image with room for its raw copy is read
     roomy = image_facts(tmp_path / "roomy", image=qcow2, tmp_dir=str(tmp_path))
     assert roomy["image"]["root"] is not None and roomy["image"]["steps"][0]["step"] == "qcow2 to raw copy"
+
+
+def test_offline_precheck_stops_at_its_budget(tmp_path):
+    """The playbook end to end with ami_precheck_budget_s=2: the offline host is failed with what was
+    not done, and the verdict is incomplete (exit 2), in seconds."""
+    disk = slow_image(tmp_path)
+    reports_dir = tmp_path / "reports"
+    rc, out = ansible_playbook("playbooks/ami_precheck.yml", "-e", json.dumps({
+        "image": disk, "ami_precheck_boot": False, "ext4_audit_reports_dir": str(reports_dir),
+        "ami_precheck_name": "slow", "ami_precheck_work_parent": str(tmp_path), "ami_precheck_budget_s": 2}))
+    summary = load_json(str(reports_dir / "latest" / "summary.json"))
+    assert rc != 0 and summary["verdict"] == "incomplete", (rc, summary["verdict"], out[-3000:])
+    [host] = summary["hosts_not_audited"]
+    assert host["host"] == "slow-offline" and host["status"] == "failed"
+    assert host["reason"].startswith("the check's time budget of 2 s ran out") and \
+        host["reason"].endswith("not done: os-release and kernels, e2fsck -fn of the filesystems"), host
