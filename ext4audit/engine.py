@@ -135,11 +135,15 @@ def _under_any(path, directories):
 
 
 def host_context(facts):
-    unresolved = (facts.get("image") or {}).get("fstab_unresolved")  # a disk image's (ext4_image_facts)
+    image = facts.get("image")  # a disk image's record (ext4_image_facts): unknowns are None there
+    unresolved = (image or {}).get("fstab_unresolved")
+    unread = (image or {}).get("unread")
     return {"kernel": facts.get("kernel") or {}, "filesystems": facts.get("filesystems") or [],
             "host": {"ext4_count": len(facts.get("filesystems") or []),
                      "netfs_count": len(facts.get("netfs") or []),
-                     "fstab_unresolved_count": None if unresolved is None else len(unresolved)}}
+                     "disk_image": image is not None,
+                     "fstab_unresolved_count": None if unresolved is None else len(unresolved),
+                     "image_unread_count": None if unread is None else len(unread)}}
 
 
 class _Plan:
@@ -472,6 +476,7 @@ _FIELDS = {
     "fstab_unresolved": lambda f: "; ".join("line %s: %s (%s)" % (e["line"], e["spec"], e["mountpoint"])
                                             for e in f.image.get("fstab_unresolved") or []),
     "kernel_notes": lambda f: "; ".join(f.kernel.get("notes") or []),
+    "image_unread": lambda f: "; ".join("%s (%s)" % (e["path"], e["reason"]) for e in f.image.get("unread") or []),
     "state": lambda f: f.sb.get("state"), "error_count": lambda f: f.sb.get("error_count"),
     "inode_count": lambda f: f.counts.get("inodes"),
     "inodes_free": lambda f: f.counts.get("inodes_free"),

@@ -78,7 +78,7 @@ DERIVED = (
 # compares a use with ({fact: derived.block_use, gte: {fact: limit.block_use_medium}})
 LIMIT = ("block_use_medium", "block_use_high", "inode_use_medium", "inode_use_high")
 # engine.host_context
-HOST = ("ext4_count", "netfs_count", "fstab_unresolved_count")
+HOST = ("ext4_count", "netfs_count", "disk_image", "fstab_unresolved_count", "image_unread_count")
 
 # scope -> root -> keys: what a rule of that scope sees (the engine's contexts)
 BY_SCOPE = {

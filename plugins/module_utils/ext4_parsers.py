@@ -229,6 +229,17 @@ def parse_fstab(text):
     return entries, errors
 
 
+def fstab_long_line(text, cap):
+    """(line number, length in bytes) of the first fstab entry (not a comment) longer than cap
+    bytes, or None."""
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if len(line) > cap // 4 and not line.lstrip(" \t").startswith("#"):  # (a char is at most 4 bytes)
+            size = len(line.encode("utf-8", "surrogateescape"))
+            if size > cap:
+                return lineno, size
+    return None
+
+
 def fstab_drift(fstab_options, effective, mount_flags):
     """What fstab asks for that is not in effect.
 
@@ -637,10 +648,18 @@ def _parse_gpt(read, size):
 
 
 def _check_bounds(partitions, size):
+    """Every partition inside the image, and no two sharing a byte: a disk whose partitions overlap
+    (or repeat one another) has filesystems writing over each other's blocks."""
     for part in partitions:
         if part["size"] <= 0 or part["start"] + part["size"] > size:
             raise ParseError("partition %s (bytes %d-%d) runs past the end of the %d-byte image: cut short?"
                              % (part["number"], part["start"], part["start"] + part["size"], size))
+    ordered = sorted(partitions, key=lambda part: (part["start"], part["number"] or 0))
+    for before, after in zip(ordered, ordered[1:]):
+        if after["start"] < before["start"] + before["size"]:
+            raise ParseError("partitions %s (bytes %d-%d) and %s (bytes %d-%d) overlap: a corrupt or forged "
+                             "partition table" % (before["number"], before["start"], before["start"] + before["size"],
+                                                  after["number"], after["start"], after["start"] + after["size"]))
 
 
 def parse_dumpe2fs_identity(text):

@@ -24,17 +24,24 @@ description:
     recovery flag; the result is the filesystem's C(fsck) entry. fstab entries the boot needs that match
     no filesystem of the image are listed in C(image.fstab_unresolved).
   - Every read is bounded. Files are read only up to a size cap (os-release 64 KiB, fstab and
-    grub.cfg 1 MiB, a kernel's first 64 KiB), every command's output is capped and every command
-    is killed after its timeout; what goes over becomes an entry in C(errors).
+    grub.cfg 1 MiB, an fstab entry 4096 bytes, a kernel's first 64 KiB), every command's output is
+    capped and every command is killed after its timeout; what goes over becomes an entry in C(errors).
+  - A file the check needs that is there but cannot be read (over its cap, a FIFO or device node, a
+    symlink loop, a folder too large to list) is listed in C(image.unread) and never counts as
+    absent; without a readable os-release the kernel's vendor is null (a kernel that looks like an
+    upstream one may be a vendor's that backports fixes).
   - The effective mount options are inferred from the defaults of the image's boot kernel, the superblock
     and the fstab options (C(options_source=inferred); C(options_kernel) says which kernel version's
     defaults were used and why), as M(ext4audit.fleet.ext4_facts) does on kernels without C(/proc/fs/ext4/<dev>/options).
   - Nothing is mounted and no loop device is attached, so the image never reaches the controller
     kernel's ext4 code; C(dumpe2fs) and C(debugfs) (read-only) open the file at each partition's
     offset (C(file?offset=N)). In-image paths, symlink targets included, are followed inside the
-    image only and refused unless they are plain characters (they go into debugfs requests).
+    image only (at most 40 links in a path, as the kernel does) and refused unless they are plain
+    characters (they go into debugfs requests).
   - A qcow2 image is converted to a temporary raw copy with C(qemu-img) (removed afterwards); one
-    with a backing or external data file is refused, since it would read other files.
+    with a backing or external data file is refused, since it would read other files, and so is one
+    whose virtual size (the raw copy's size, however small the qcow2 file is) is more than
+    O(tmp_dir) has free.
   - Never fails on a bad image; what cannot be read becomes an entry in C(errors).
 options:
   image:
@@ -68,6 +75,12 @@ options:
       convert) may run before it is killed; a filesystem whose check did not finish is not clean.
     type: int
     default: 900
+  budget:
+    description: Seconds the whole check may take. Every command is killed at the end of the budget
+      at the latest, and the check stops there; RV(ext4_image_facts.image.incomplete) then says so
+      and which steps were not done, and the facts are not complete enough to judge the image.
+    type: int
+    default: 600
 notes:
   - Needs e2fsprogs (and qemu-utils for qcow2) on the host that runs it, usually the controller.
   - Partition tables are read with 512-byte sectors (and 4096 for GPT); LVM and md sources in fstab
@@ -581,8 +594,8 @@ ext4_image_facts:
               description: The kernel's release.
               type: str
         fstab_unresolved:
-          description: The fstab entries the boot needs (not nofail or noauto) that match no filesystem of the image;
-            null when the root filesystem has no fstab.
+          description: The fstab entries the boot needs (not nofail or noauto) that match no filesystem of the image
+            (empty when the root filesystem has no fstab); null when its fstab could not be read (see RV(ext4_image_facts.image.unread)).
           returned: always
           type: list
           elements: dict
@@ -599,8 +612,48 @@ ext4_image_facts:
             fstype:
               description: The entry's type.
               type: str
+        budget_s:
+          description: The check's time budget in seconds (O(budget)).
+          returned: always
+          type: int
+          sample: 600
+        steps:
+          description: Each step of the check that ran, in order, with the seconds it took.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            step:
+              description: The step (qcow2 to raw copy, partition table and superblocks, root filesystem and
+                fstab, os-release and kernels, e2fsck -fn of the filesystems, boot files).
+              type: str
+            seconds:
+              description: How long it took.
+              type: float
+        incomplete:
+          description: Null, or why the check did not finish (its time budget ran out) and which steps were not
+            done; the image is then not judged.
+          returned: always
+          type: str
+        unread:
+          description: The files the check needs (fstab, os-release, grub.cfg, kernels) that are in the image but
+            could not be read, with the reason (a FIFO or device node, a symlink loop, a folder too large to
+            list, over its size cap, an fstab entry longer than mount(2) takes). The rules that need them are
+            undetermined, and the rule IMAGE_FILE_UNREAD fails the image.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            path:
+              description: The file's path in the image (for an fstab, which filesystem it was read from as the root).
+              type: str
+              sample: /etc/fstab of partition 2
+            reason:
+              description: Why it could not be read.
+              type: str
 """
 
+import contextlib
 import os
 import re
 import selectors
@@ -613,9 +666,10 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers import (
-    EXT4_DRIVER_TYPES, FACTS_SCHEMA, NETFS_TYPES, ParseError, ext_fstype, fstab_drift, fstab_mount_tokens, fstab_spec_target,
-    fstab_not_audited, has_ext_magic, infer_options, option_map, parse_bzimage_version, parse_debugfs_fast_link,
-    parse_debugfs_ls, parse_dumpe2fs, parse_dumpe2fs_identity, parse_fstab, parse_grub_first_kernel, parse_os_release,
+    EXT4_DRIVER_TYPES, FACTS_SCHEMA, NETFS_TYPES, ParseError, ext_fstype, fstab_drift, fstab_long_line,
+    fstab_mount_tokens, fstab_not_audited, fstab_spec_target, has_ext_magic, infer_options, option_map,
+    parse_bzimage_version, parse_debugfs_fast_link, parse_debugfs_ls,
+    parse_dumpe2fs, parse_dumpe2fs_identity, parse_fstab, parse_grub_first_kernel, parse_os_release,
     parse_partition_table, plain_image_path, release_sort_key,
 )
 from ansible_collections.ext4audit.fleet.plugins.module_utils.kernel_version import identify, options_kernel
@@ -635,14 +689,43 @@ FSTAB_CAP = MIB
 TEXT_CAP = MIB  # grub.cfg, dumpe2fs -h, debugfs stat, qemu-img info
 LISTING_CAP = 4 * MIB  # debugfs ls -p of /etc or /boot: some 50,000 entries
 LINK_CAP = 4096  # PATH_MAX: the longest symlink target Linux follows
+SYMLINK_HOPS = 40  # MAXSYMLINKS: how many symlinks the kernel follows in one path lookup
+FSTAB_LINE_CAP = 4096  # mount(2) copies one page of options: a longer fstab entry cannot be mounted as written
 BOOT_FILE_CAP = 1024 * MIB  # a kernel or initrd extracted to boot the image
 STDERR_KEPT = 64 * KIB
 FSCK_KEPT = 64 * KIB  # of e2fsck's output, the rest read and thrown away
 BZIMAGE_HEAD = 64 * KIB  # the setup header and the version string it points at sit in the first sectors
+# The steps of the check, in order (image.steps times each; an incomplete check names those not done).
+STEP_QCOW2 = "qcow2 to raw copy"
+STEP_TABLE = "partition table and superblocks"
+STEP_ROOT = "root filesystem and fstab"
+STEP_SYSTEM = "os-release and kernels"
+STEP_FSCK = "e2fsck -fn of the filesystems"
+STEP_BOOT_FILES = "boot files"
+STEPS = (STEP_QCOW2, STEP_TABLE, STEP_ROOT, STEP_SYSTEM, STEP_FSCK, STEP_BOOT_FILES)
 
 
 class ImageError(Exception):
     """The image (or a part of it) cannot be read; the message says why."""
+
+
+class OutOfTime(Exception):
+    """The whole check's time budget ran out. Not an ImageError: nothing may take it for a file that
+    could not be read or a filesystem that is not clean; it ends the check, which is incomplete."""
+
+
+class Unread(ImageError):
+    """A file the check needs is in the image but could not be read (already recorded in image.unread)."""
+
+
+def file_kind(mode):
+    """What a directory entry that is not a regular file is, for the reason it was not read."""
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "mode %o" % mode
 
 
 class ImageReader:
@@ -652,6 +735,11 @@ class ImageReader:
         self.module = module
         self.params = module.params
         self.errors = []
+        self.unread = []
+        self.os_release_unread = False
+        self.deadline = time.monotonic() + module.params["budget"]
+        self.steps = []
+        self.current = None
         self.raw = None
         self.listings = {}
         self.fscks = {}
@@ -675,6 +763,11 @@ class ImageReader:
         bytes of its output. Returns (rc, out, err, over): over is True when it printed more; it is
         then killed (rc None) unless drain, which reads the rest and throws it away to learn its exit
         code. A command still running at its timeout is killed and raises ImageError."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise OutOfTime("before %s" % os.path.basename(argv[0]))
+        # the budget cuts a command short: then the budget, not the command, is what ran out
+        by_budget, timeout = left < timeout, min(timeout, left)
         env = dict(os.environ, **ENV)
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=env, start_new_session=True)  # its own group: killed with any child
@@ -688,7 +781,7 @@ class ImageReader:
                 while selector.get_map() and not (over and not drain):
                     ready = selector.select(deadline - time.monotonic())
                     if not ready:
-                        raise ImageError("%s did not finish in %d s: killed" % (os.path.basename(argv[0]), timeout))
+                        raise self.too_slow(argv, timeout, by_budget)
                     for key, _ in ready:
                         data = os.read(key.fd, 65536)
                         if not data:
@@ -702,7 +795,7 @@ class ImageReader:
             try:
                 rc = proc.wait(max(deadline - time.monotonic(), 0))
             except subprocess.TimeoutExpired:
-                raise ImageError("%s did not finish in %d s: killed" % (os.path.basename(argv[0]), timeout))
+                raise self.too_slow(argv, timeout, by_budget)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -710,6 +803,14 @@ class ImageReader:
             proc.stdout.close()
             proc.stderr.close()
         return rc, bytes(kept[proc.stdout]), kept[proc.stderr].decode("utf-8", "replace"), over
+
+    @staticmethod
+    def too_slow(argv, timeout, by_budget):
+        """The error of a command killed at its timeout, or at the end of the check's budget."""
+        name = os.path.basename(argv[0])
+        if by_budget:
+            return OutOfTime("%s was killed at the end of the budget" % name)
+        return ImageError("%s did not finish in %d s: killed" % (name, timeout))
 
     def e2fs(self, name, args, part, limit, head=False):
         """Run dumpe2fs or debugfs on the filesystem at a partition's offset; its output as bytes, at
@@ -739,19 +840,28 @@ class ImageReader:
                  "errors": self.errors,
                  "image": {"path": self.params["image"], "format": None, "size": None, "partition_table": None,
                            "disk_id": None, "partitions": [], "root": None, "os_release": None, "kernels": [],
-                           "boot_kernel": None, "boot_files": None, "fstab_unresolved": None}}
+                           "boot_kernel": None, "boot_files": None, "fstab_unresolved": None,
+                           "unread": self.unread}}
+        facts["image"].update(budget_s=self.params["budget"], steps=self.steps, incomplete=None)
         workdir = None
         try:
             path = os.path.abspath(self.params["image"])
             facts["image"]["format"] = self.check_image(path)
             if facts["image"]["format"] == "qcow2":
                 workdir = tempfile.mkdtemp(prefix="ext4-image-", dir=self.params["tmp_dir"])
-                self.raw = self.qcow2_to_raw(path, workdir)
+                with self.step(STEP_QCOW2):
+                    self.raw = self.qcow2_to_raw(path, workdir)
             else:
                 self.raw = path
             if "?" in self.raw:
                 raise ImageError("path %r holds '?', which e2fsprogs reads as the start of I/O options" % self.raw)
             self.read_image(facts)
+        except OutOfTime as exc:
+            left = [name for name in STEPS[STEPS.index(self.current):]
+                    if name != STEP_BOOT_FILES or self.params["boot_files_dir"]]
+            facts["image"]["incomplete"] = "the check's time budget of %d s ran out (%s); not done: %s" % (
+                self.params["budget"], exc, ", ".join(left))
+            self.error("image", facts["image"]["incomplete"])
         except ImageError as exc:
             self.error("image", str(exc))
         except (IOError, OSError) as exc:  # the work folder or a controller file
@@ -811,11 +921,14 @@ class ImageReader:
             raise ImageError("qcow2 image refers to another file (%s): refused, it would be read too; "
                              "convert it to a standalone image first (qemu-img convert)"
                              % (info.get("backing-filename") or data_file))
+        # The raw copy is as large as the virtual disk: a compressed qcow2 (actual-size) can be far smaller.
+        needed = info.get("virtual-size")
+        if not isinstance(needed, int) or isinstance(needed, bool) or needed <= 0:
+            raise ImageError("qemu-img info gave no virtual size (%r): the raw copy's size is unknown" % (needed,))
         vfs = os.statvfs(workdir)
-        needed = int(info.get("actual-size") or 0)
         if vfs.f_bavail * vfs.f_frsize < needed:
-            raise ImageError("%s has %d MiB free, the raw copy of this image needs about %d MiB"
-                             % (workdir, vfs.f_bavail * vfs.f_frsize // 1048576, needed // 1048576))
+            raise ImageError("%s has %d MiB free, the raw copy of this image needs up to its virtual size, %d MiB: "
+                             "refused before writing" % (workdir, vfs.f_bavail * vfs.f_frsize // MIB, needed // MIB))
         raw = os.path.join(workdir, "image.raw")
         rc, out, err, _ = self.run([qemu_img, "convert", "-f", "qcow2", "-O", "raw", path, raw], TEXT_CAP,
                                    self.params["scan_timeout"], drain=True)
@@ -831,30 +944,49 @@ class ImageReader:
     def read_image(self, facts):
         image = facts["image"]
         image["size"] = os.path.getsize(self.raw)
-        try:
-            table = parse_partition_table(self.read, image["size"])
-        except ParseError as exc:
-            raise ImageError(str(exc))
-        image.update(partition_table=table["table"], disk_id=table["disk_id"], partitions=table["partitions"])
-        for part in table["partitions"]:
-            part["fs"] = self.superblock(part)
-        root, fstab_text = self.find_root(table["partitions"])
-        if root is None:
-            return
-        image["root"] = {"partition": root["number"], "uuid": root["fs"]["uuid"], "label": root["fs"]["label"]}
-        mounts = self.fstab(root, fstab_text, table, facts)
-        self.mounts = sorted(mounts.items(), key=lambda item: -len(item[0]))  # longest mount point first
-        image["os_release"] = self.os_release()
-        try:
-            facts["kernel"] = self.kernels(image)
-        except ImageError as exc:
-            self.error("kernel", str(exc))
-        # the options are inferred for the kernel the image boots
-        inferred_for = options_kernel(facts["kernel"], "the image's boot kernel")
-        for mountpoint, (part, entry) in sorted(mounts.items()):
-            facts["filesystems"].append(self.filesystem(mountpoint, part, entry, inferred_for))
+        with self.step(STEP_TABLE):
+            try:
+                table = parse_partition_table(self.read, image["size"])
+            except ParseError as exc:
+                raise ImageError(str(exc))
+            image.update(partition_table=table["table"], disk_id=table["disk_id"], partitions=table["partitions"])
+            for part in table["partitions"]:
+                part["fs"] = self.superblock(part)
+        with self.step(STEP_ROOT):
+            root, fstab_text, fstab_unread = self.find_root(table["partitions"])
+            if root is None:
+                return
+            image["root"] = {"partition": root["number"], "uuid": root["fs"]["uuid"], "label": root["fs"]["label"]}
+            if fstab_text is None and not fstab_unread:
+                image["fstab_unresolved"] = []  # no fstab: nothing in it to resolve
+            mounts = self.fstab(root, fstab_text, table, facts)
+            self.mounts = sorted(mounts.items(), key=lambda item: -len(item[0]))  # longest mount point first
+        with self.step(STEP_SYSTEM):
+            try:
+                image["os_release"] = self.os_release()
+            except Unread:
+                self.os_release_unread = True
+            try:
+                facts["kernel"] = self.kernels(image)
+            except ImageError as exc:
+                self.error("kernel", str(exc))
+        with self.step(STEP_FSCK):
+            # the options are inferred for the kernel the image boots
+            inferred_for = options_kernel(facts["kernel"], "the image's boot kernel")
+            for mountpoint, (part, entry) in sorted(mounts.items()):
+                facts["filesystems"].append(self.filesystem(mountpoint, part, entry, inferred_for))
         if self.params["boot_files_dir"] and image["boot_kernel"]:
-            image["boot_files"] = self.extract_boot_files(image)
+            with self.step(STEP_BOOT_FILES):
+                image["boot_files"] = self.extract_boot_files(image)
+
+    @contextlib.contextmanager
+    def step(self, name):
+        """Time one step of the check into image.steps (also when it fails or the budget runs out)."""
+        self.current, start = name, time.monotonic()
+        try:
+            yield
+        finally:
+            self.steps.append({"step": name, "seconds": round(time.monotonic() - start, 3)})
 
     # ------------------------------------------------------------- filesystems
     def superblock(self, part):
@@ -876,45 +1008,53 @@ class ImageReader:
         return "partition %d" % part["number"] if part["number"] is not None else "filesystem"
 
     def find_root(self, partitions):
-        """(root, its /etc/fstab's text): the ext filesystem holding /etc/fstab whose fstab mounts it
-        at / (else the first that has one, else the only ext filesystem, without fstab); (None, None)
-        when there is none."""
-        candidates = []
+        """(root, its /etc/fstab's text, whether that fstab could not be read): the ext filesystem
+        holding /etc/fstab whose fstab mounts it at / (else the first that has one, else the only
+        ext filesystem, without fstab); (None, None, False) when there is none. A filesystem whose
+        fstab cannot be read is recorded in image.unread, whichever is taken as the root."""
+        candidates, unread = [], []
         for part in partitions:
             if part["fs"] is None:
                 continue
-            text = self.own_fstab(part)
+            try:
+                text = self.own_fstab(part)
+            except Unread:
+                unread.append(part)
+                continue
             if text is not None:
                 candidates.append((part, text))
         for part, text in candidates:
             entries, _ = parse_fstab(text)
             for entry in entries:
                 if entry["mountpoint"] == "/" and self.match(entry["spec"], [part], None) is part:
-                    return part, text
+                    return part, text, False
         if candidates:
-            return candidates[0]
+            return candidates[0] + (False,)
         ext = [part for part in partitions if part["fs"] is not None]
         if len(ext) == 1:
-            self.error(self.where(ext[0]), "no readable /etc/fstab: taken as the root filesystem, the only ext2/3/4 one")
-            return ext[0], None
-        self.error("image", "no root filesystem: none of the %d ext2/3/4 filesystem(s) has /etc/fstab" % len(ext)
+            if not unread:
+                self.error(self.where(ext[0]), "no /etc/fstab: taken as the root filesystem, the only ext2/3/4 one")
+            return ext[0], None, bool(unread)
+        self.error("image", "no root filesystem: none of the %d ext2/3/4 filesystem(s) has a readable /etc/fstab%s"
+                   % (len(ext), " (%d could not be read)" % len(unread) if unread else "")
                    if ext else "no ext2/3/4 filesystem in the image (partitions: %s)"
                    % (", ".join("%s %s" % (p["number"], p["type_name"] or p["type"]) for p in partitions) or "none"))
-        return None, None
+        return None, None, False
 
     def own_fstab(self, part):
-        """The text of a filesystem's own /etc/fstab (read as if it were the root), or None."""
-        try:
-            found = [entry for entry in self.listing(part, "/etc") if entry["name"] == "fstab"]
-        except ImageError:
-            return None  # no /etc: not a root filesystem
-        if not found:
+        """The text of a filesystem's own /etc/fstab (read as if it were the root, its symlinks
+        followed inside it), or None when it has none. Raises Unread (recorded) when it is there but
+        cannot be read, or has an entry longer than mount(2) takes."""
+        data = self.read_path("/etc/fstab", "fstab", FSTAB_CAP, root=part)
+        if data is None:
             return None
-        try:
-            return self.cat(part, "/etc/fstab", found[0], FSTAB_CAP).decode("utf-8", "replace")
-        except ImageError as exc:
-            self.error("fstab", "/etc/fstab of %s: %s" % (self.where(part), exc))
-            return None
+        text = data.decode("utf-8", "replace")
+        too_long = fstab_long_line(text, FSTAB_LINE_CAP)
+        if too_long:
+            raise self.unread_file("fstab", "/etc/fstab of %s" % self.where(part),
+                                   "line %d is %d bytes, over the %d bytes mount(2) takes for an entry's options: "
+                                   "not read" % (too_long[0], too_long[1], FSTAB_LINE_CAP))
+        return text
 
     def match(self, spec, partitions, root):
         """The partition an fstab source names, or None."""
@@ -931,7 +1071,8 @@ class ImageReader:
 
     def fstab(self, root, text, table, facts):
         """Mount points -> (partition, fstab entry) for the ext filesystems the image mounts; the
-        entries the boot needs that match none go to image.fstab_unresolved."""
+        entries the boot needs that match none go to image.fstab_unresolved (empty without an
+        fstab; it stays None when the fstab could not be read: text None and in image.unread)."""
         mounts = {"/": (root, None)}
         if text is None:
             return mounts
@@ -1038,20 +1179,21 @@ class ImageReader:
         if not plain_image_path(inner):
             raise ImageError("refused in-image path %r: not plain characters" % inner)
         if not stat.S_ISREG(entry["mode"]):
-            raise ImageError("not a regular file")
+            raise ImageError("not a regular file (%s)" % file_kind(entry["mode"]))
         if not head and entry["size"] > cap:
             raise ImageError("%d bytes, over the %d-byte cap for this file: not read" % (entry["size"], cap))
         return self.debugfs(part, "cat " + inner, cap, head)
 
-    def mount_for(self, path):
-        for mountpoint, (part, _) in self.mounts:
+    @staticmethod
+    def mount_for(path, mounts):
+        for mountpoint, (part, _) in mounts:
             if path == mountpoint or path.startswith(mountpoint.rstrip("/") + "/"):
                 return part, "/" + path[len(mountpoint):].lstrip("/")
         raise ImageError("no filesystem for %s" % path)
 
-    def lookup(self, path):
+    def lookup(self, path, mounts):
         """The directory entry at an image path (its parent already resolved), or None."""
-        part, inner = self.mount_for(path)
+        part, inner = self.mount_for(path, mounts)
         if inner == "/":
             return part, inner, {"mode": stat.S_IFDIR}
         parent, name = inner.rsplit("/", 1)
@@ -1060,10 +1202,14 @@ class ImageReader:
                 return part, inner, entry
         return part, inner, None
 
-    def resolve(self, path):
-        """Follow symlinks component by component inside the image: absolute targets start at the
-        image's root and '..' stops there. Returns (partition, path in it, entry) or None when
-        something on the way is missing. Raises ImageError on a refused or looping path."""
+    def resolve(self, path, mounts=None):
+        """Follow symlinks component by component inside the image, as the booted system would:
+        absolute targets start at the image's root, '..' stops there, and at most SYMLINK_HOPS links
+        are followed (the kernel's limit). mounts: (mount point, (partition, fstab entry)) pairs,
+        longest mount point first (default: the image's, from its fstab). Returns (partition, path in
+        it, entry) or None when something on the way is missing. Raises ImageError on a refused or
+        looping path, and on a directory on the way that cannot be listed."""
+        mounts = self.mounts if mounts is None else mounts
         done, todo, hops = "/", [p for p in path.split("/") if p], 0
         while todo:
             part_name = todo.pop(0)
@@ -1075,13 +1221,13 @@ class ImageReader:
             candidate = done.rstrip("/") + "/" + part_name
             if not plain_image_path(candidate):
                 raise ImageError("refused in-image path %r: not plain characters" % candidate)
-            part, inner, entry = self.lookup(candidate)
+            part, inner, entry = self.lookup(candidate, mounts)
             if entry is None:
                 return None
             if stat.S_ISLNK(entry["mode"]):
                 hops += 1
-                if hops > 40:
-                    raise ImageError("too many symlinks resolving %s" % path)
+                if hops > SYMLINK_HOPS:
+                    raise ImageError("more than %d symlinks resolving %s (a loop?)" % (SYMLINK_HOPS, path))
                 target = self.readlink(part, inner)
                 if not target or not plain_image_path("/" + target.lstrip("/")):
                     raise ImageError("refused symlink %s -> %r: the target is not plain characters" % (candidate, target))
@@ -1089,9 +1235,10 @@ class ImageReader:
                 if target.startswith("/"):
                     done = "/"
                 continue
+            if todo and not stat.S_ISDIR(entry["mode"]):
+                return None  # a file where a folder is needed: ENOTDIR, nothing there
             done = candidate
-        part, inner, entry = self.lookup(done)
-        return part, inner, entry
+        return self.lookup(done, mounts)
 
     def readlink(self, part, inner):
         fast = parse_debugfs_fast_link(self.debugfs(part, "stat " + inner).decode("utf-8", "replace"))
@@ -1100,29 +1247,49 @@ class ImageReader:
         # a slow symlink keeps its target in a data block
         return self.debugfs(part, "cat " + inner, LINK_CAP).decode("utf-8", "replace")
 
-    def read_path(self, path, where, cap, head=False):
-        """The bytes of a regular file at an image path (symlinks followed; see cat for cap and
-        head), or None: silently when there is none, with an error when it cannot be read."""
+    def read_path(self, path, where, cap, head=False, root=None):
+        """The bytes of the regular file at an image path (symlinks followed inside the image; see
+        cat for cap and head), or None when there is no file there. A file that is there but
+        cannot be read (a FIFO or device, a symlink loop, over its cap, a folder on the way that
+        cannot be listed) raises Unread, after it is recorded in image.unread and errors: the rules
+        that need it are then undetermined and IMAGE_FILE_UNREAD fails the image. root: read as if
+        this partition were the image's root (whose fstab is not read yet)."""
+        mounts = None if root is None else [("/", (root, None))]
         try:
-            found = self.resolve(path)
-            if found is None or not stat.S_ISREG(found[2]["mode"]):
+            found = self.resolve(path, mounts)
+            if found is None:
                 return None
             return self.cat(found[0], found[1], found[2], cap, head)
         except ImageError as exc:
-            self.error(where, "%s: %s" % (path, exc))
-            return None
+            raise self.unread_file(where, path if root is None else "%s of %s" % (path, self.where(root)), str(exc))
 
-    def read_text(self, path, where, cap):
-        data = self.read_path(path, where, cap)
-        return None if data is None else data.decode("utf-8", "replace")
+    def unread_file(self, where, path, reason):
+        """Record a file the check needs and could not read (image.unread and errors); the Unread to raise."""
+        self.unread.append({"path": path, "reason": reason})
+        self.error(where, "%s: %s" % (path, reason))
+        return Unread("%s: %s" % (path, reason))
 
     # ------------------------------------------------------------------ system
     def os_release(self):
+        """The image's os-release as a dict, or None when there is none. /usr/lib/os-release is only
+        read when /etc/os-release does not exist, as systemd does. Raises Unread (recorded)."""
         for path in ("/etc/os-release", "/usr/lib/os-release"):
-            text = self.read_text(path, "os-release", OS_RELEASE_CAP)
-            if text is not None:
-                return parse_os_release(text)
+            data = self.read_path(path, "os-release", OS_RELEASE_CAP)
+            if data is not None:
+                return parse_os_release(data.decode("utf-8", "replace"))
         return None
+
+    def identify(self, release, version, os_release):
+        """identify() of an image's kernel. Without a readable os-release a kernel that looks like
+        an upstream one may be a vendor's (SUSE's is told by os-release alone) that backports fixes:
+        its vendor is then unknown and the upstream version alone does not decide (the kernel
+        rules are undetermined)."""
+        info = identify(release, "Linux version " + version, "", os_release or {})
+        if self.os_release_unread and info["vendor"] == "mainline":
+            info.update(vendor=None, backports=True)
+            info["notes"].append("the image's os-release could not be read: whose kernel this is cannot be told, "
+                                 "so its upstream version alone does not decide")
+        return info
 
     def kernels(self, image):
         """Every /boot/vmlinuz-* with its version string; the boot kernel as the kernel facts."""
@@ -1140,7 +1307,10 @@ class ImageReader:
             if not name.startswith("vmlinuz-"):
                 continue
             path = "/boot/" + name
-            data = self.read_path(path, "kernel", BZIMAGE_HEAD, head=True)
+            try:
+                data = self.read_path(path, "kernel", BZIMAGE_HEAD, head=True)
+            except Unread:
+                continue
             if data is None:
                 continue
             try:
@@ -1162,18 +1332,17 @@ class ImageReader:
             return None
         image["boot_kernel"] = {"release": chosen["release"], "why": why}
         os_release = image["os_release"] or {}
-        proc_version = "Linux version " + chosen["version"]
-        info = identify(chosen["release"], proc_version, "", os_release)
+        info = self.identify(chosen["release"], chosen["version"], os_release)
         info.update({
-            "proc_version": proc_version,
+            "proc_version": "Linux version " + chosen["version"],
             "version_signature": None,
             "os_release": self.os_release_subset(os_release),
             "page_size": 4096,  # x86, the only kernel format read here
             "source": "image",
         })
         for kernel in image["kernels"]:
-            kernel.update(dict((k, v) for k, v in identify(kernel["release"], "Linux version " + kernel["version"],
-                                                           "", os_release).items() if k in ("vendor", "upstream")))
+            found = self.identify(kernel["release"], kernel["version"], os_release)
+            kernel.update(vendor=found["vendor"], upstream=found["upstream"])
         return info
 
     def boot_kernel(self, kernels):
@@ -1198,8 +1367,11 @@ class ImageReader:
                 if path in by_path:
                     return by_path[path], "the target of %s" % link
         for cfg in ("/boot/grub/grub.cfg", "/boot/grub2/grub.cfg"):
-            text = self.read_text(cfg, "kernel", TEXT_CAP)
-            first = parse_grub_first_kernel(text or "")
+            try:
+                data = self.read_path(cfg, "kernel", TEXT_CAP)
+            except Unread:
+                continue
+            first = parse_grub_first_kernel((data or b"").decode("utf-8", "replace"))
             if first:
                 for kernel in kernels:
                     if kernel["path"].rsplit("/", 1)[1] == first.rsplit("/", 1)[-1]:
@@ -1259,6 +1431,7 @@ def main():
             tmp_dir=dict(type="path"),
             timeout=dict(type="int", default=60),
             scan_timeout=dict(type="int", default=900),
+            budget=dict(type="int", default=600),
         ),
         supports_check_mode=True,
     )

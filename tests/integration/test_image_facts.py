@@ -7,6 +7,7 @@ the version-string pointer) and the version string of a Debian cloud kernel; the
 (tests/vm/test_ami_precheck.py) reads real kernels. Nothing is mounted and no loop device is used."""
 
 import binascii
+import datetime
 import hashlib
 import json
 import os
@@ -18,7 +19,7 @@ import time
 import pytest
 
 from conftest import ROOT, VENV_BIN, ansible_playbook, load_json, module_return_doc, run, undocumented
-from ext4audit import catalog as catalog_mod, engine
+from ext4audit import catalog as catalog_mod, engine, fleet, reports
 
 TOOLS = ["/usr/sbin/sfdisk", "/usr/bin/qemu-img", "/usr/sbin/mkfs.ext4", "/usr/sbin/debugfs"]
 MISSING = [tool for tool in TOOLS if not os.path.exists(tool)]
@@ -133,6 +134,17 @@ def findings_of(facts):
 def image_rules(facts):
     """(rule, mountpoint) of the image rules' findings."""
     return sorted((f["rule"], f["mountpoint"]) for f in findings_of(facts) if f["rule"].startswith("IMAGE_"))
+
+
+def offline_verdict(facts):
+    """(verdict, host report) of the offline host of these facts, as the report step gives it
+    (playbooks/ami_precheck.yml records it audited when a root filesystem was found and the check finished)."""
+    judged = facts["image"]["root"] is not None and facts["image"]["incomplete"] is None
+    record = {"host": "image-offline", "status": "audited" if judged else "failed",
+              "reason": None if judged else facts["image"]["incomplete"] or reasons(facts), "facts": facts}
+    report = fleet.build_host_report(record, catalog_mod.load(os.path.join(ROOT, "rules")), [], "test",
+                                     datetime.datetime.now(datetime.timezone.utc))
+    return reports.verdict([report], "high", True)[0], report
 
 
 def sha256(path):
@@ -433,25 +445,33 @@ def test_huge_sparse_files_are_not_read(tmp_path):
     assert [k["release"] for k in facts["image"]["kernels"]] == [K61[0]]
 
 
-def test_fstab_source_with_5000_digits(tmp_path):
+@pytest.mark.parametrize("digits", [4000, 5000])
+def test_fstab_source_with_thousands_of_digits(tmp_path, digits):
     """/dev/sda and 5,000 digits went to int() (Python refuses strings of over 4,300 digits): a traceback.
-    Now it names no partition, and like every entry the boot needs that matches nothing (not one
-    with nofail), it fails the gate."""
-    digits = "/dev/sda" + "1" * 5000
+    Now a line that long is over the 4096 bytes mount(2) takes: the fstab is not read, and the gate
+    fails the image for it. With 4,000 digits the line is read: the source names no partition, and
+    like every entry the boot needs that matches nothing (not one with nofail), it fails the gate."""
+    spec = "/dev/sda" + "1" * digits
     tree = make_tree(str(tmp_path / "tree"), fstab=(
         "/dev/vda / ext4 defaults 0 1\n%s /data ext4 defaults 0 2\n"
-        "UUID=%s /scratch ext4 defaults,nofail 0 2\n" % (digits, DATA_UUID)))
+        "UUID=%s /scratch ext4 defaults,nofail 0 2\n" % (spec, DATA_UUID)))
     disk = str(tmp_path / "digits.raw")
     mkfs(disk, tree, "32M")
     facts = image_facts(tmp_path, image=disk)
-    assert "fstab: line 3: %s (/data) matches no ext2/3/4 filesystem in the image" % digits in reasons(facts)
+    if digits > 4096:
+        assert facts["image"]["unread"] == [{"path": "/etc/fstab of filesystem", "reason": "line 3 is %d bytes, over "
+                                             "the 4096 bytes mount(2) takes for an entry's options: not read"
+                                             % (digits + 32)}]
+        assert "IMAGE_FILE_UNREAD" in [f["rule"] for f in findings_of(facts)]
+        return
+    assert "fstab: line 3: %s (/data) matches no ext2/3/4 filesystem in the image" % spec in reasons(facts)
     assert "line 4: UUID=%s (/scratch) matches no ext2/3/4 filesystem in the image (nofail or noauto: the boot " \
         "does not need it)" % DATA_UUID in reasons(facts)
-    assert facts["image"]["fstab_unresolved"] == [{"line": 3, "spec": digits, "mountpoint": "/data", "fstype": "ext4"}]
+    assert facts["image"]["fstab_unresolved"] == [{"line": 3, "spec": spec, "mountpoint": "/data", "fstype": "ext4"}]
     unresolved = [f for f in findings_of(facts) if f["rule"] == "IMAGE_FSTAB_UNRESOLVED"]
     assert [f["severity"] for f in unresolved] == ["high"]
     assert unresolved[0]["message"] == ("fstab entries the boot needs match no ext2/3/4 filesystem of the image: "
-                                        "line 3: %s (/data)." % digits)
+                                        "line 3: %s (/data)." % spec)
 
 
 def test_gpt_with_huge_entries(tmp_path):
@@ -494,3 +514,357 @@ def test_damaged_filesystem_at_a_partition_offset(mbr_image, tmp_path):
     assert fsck["/data"]["exit_code"] == 4 and not fsck["/data"]["clean"]
     assert fsck["/data"]["problems"][0].startswith("e2fsck -fn exited 4 (errors left uncorrected): "), fsck["/data"]
     assert image_rules(facts) == [("IMAGE_FS_NOT_CLEAN", "/data")]
+
+
+# ------------------------------------------------- files the check cannot read (issue 27)
+# A kernel with every fix: the verdict of these images is decided by the image rules alone (the
+# Debian kernels above have open kernel CNA records, which fail the gate by themselves).
+KNEW = ("99.1.0", "99.1.0 (builder@example.org) #1 SMP PREEMPT_DYNAMIC")
+
+
+def readable_root(tmp_path, fstab="UUID=%s / ext4 defaults 0 1\n" % ROOT_UUID, **kwargs):
+    """A root tree that passes the gate when nothing is changed in it."""
+    return make_tree(str(tmp_path / "tree"), fstab=fstab, kernels=[KNEW], vmlinuz_link="boot/vmlinuz-" + KNEW[0],
+                     **kwargs)
+
+
+def test_a_readable_image_passes(tmp_path):
+    """The baseline of the cases below: the same tree, nothing done to it, passes."""
+    disk = str(tmp_path / "good.raw")
+    mkfs(disk, readable_root(tmp_path), "32M", "-U", ROOT_UUID)
+    facts = image_facts(tmp_path, image=disk)
+    assert facts["image"]["unread"] == [] and facts["image"]["fstab_unresolved"] == [], reasons(facts)
+    verdict, report = offline_verdict(facts)
+    assert verdict == "pass", report["findings"]
+    assert "IMAGE_FSTAB_UNRESOLVED" in [p["rule"] for p in report["passed"]]
+    # each step's time is in the record
+    assert [step["step"] for step in facts["image"]["steps"]] == [
+        "partition table and superblocks", "root filesystem and fstab", "os-release and kernels",
+        "e2fsck -fn of the filesystems"]
+    assert all(0 <= step["seconds"] < 30 for step in facts["image"]["steps"])
+    assert facts["image"]["incomplete"] is None and facts["image"]["budget_s"] == 600
+
+
+def test_fstab_symlink_is_read_through_inside_the_image(tmp_path):
+    """/etc/fstab -> fstab.real (relative) whose second entry names a UUID the image lacks: the link was
+    not followed, the fstab skipped and the image passed; now it is read through the link and fails."""
+    tree = readable_root(tmp_path, fstab="")
+    os.remove(os.path.join(tree, "etc", "fstab"))
+    with open(os.path.join(tree, "etc", "fstab.real"), "w") as handle:
+        handle.write("UUID=%s / ext4 defaults 0 1\nUUID=%s /data ext4 defaults 0 2\n" % (ROOT_UUID, DATA_UUID))
+    os.symlink("fstab.real", os.path.join(tree, "etc", "fstab"))
+    disk = str(tmp_path / "link.raw")
+    mkfs(disk, tree, "32M", "-U", ROOT_UUID)
+    facts = image_facts(tmp_path, image=disk)
+    assert facts["image"]["unread"] == [], reasons(facts)
+    assert facts["image"]["fstab_unresolved"] == [{"line": 2, "spec": "UUID=" + DATA_UUID, "mountpoint": "/data",
+                                                   "fstype": "ext4"}]
+    assert by_mountpoint(facts)["/"]["fstab"]["line"] == 1
+    verdict, report = offline_verdict(facts)
+    assert verdict == "fail" and [f["rule"] for f in report["findings"] if f["severity"] in ("high", "critical")] == \
+        ["IMAGE_FSTAB_UNRESOLVED"]
+
+
+def test_a_symlink_is_never_followed_on_the_controller(tmp_path):
+    """/etc/fstab -> an absolute path that exists on the controller (naming a missing UUID) but not in
+    the image: resolved from the image's root, there is no fstab at all."""
+    outside = tmp_path / "controller-fstab"
+    outside.write_text("UUID=%s /data ext4 defaults 0 2\n" % DATA_UUID)
+    tree = readable_root(tmp_path)
+    os.remove(os.path.join(tree, "etc", "fstab"))
+    os.symlink(str(outside), os.path.join(tree, "etc", "fstab"))
+    disk = str(tmp_path / "outside.raw")
+    mkfs(disk, tree, "32M", "-U", ROOT_UUID)
+    facts = image_facts(tmp_path, image=disk)
+    assert facts["image"]["fstab_unresolved"] == [] and facts["image"]["unread"] == [], reasons(facts)
+    assert "no /etc/fstab: taken as the root filesystem" in reasons(facts)
+
+
+def link(target, name="fstab", folder="etc"):
+    def make(tree):
+        path = os.path.join(tree, folder, name)
+        os.remove(path)
+        os.symlink(target, path)
+    return make
+
+
+def loop(tree):
+    link("fstab.b")(tree)
+    os.symlink("fstab", os.path.join(tree, "etc", "fstab.b"))
+
+
+def fifo(tree):
+    os.remove(os.path.join(tree, "etc", "fstab"))
+    os.mkfifo(os.path.join(tree, "etc", "fstab"))
+
+
+def block_device(tree):
+    os.remove(os.path.join(tree, "etc", "fstab"))
+    os.mknod(os.path.join(tree, "etc", "fstab"), 0o600 | 0o060000, os.makedev(7, 0))
+
+
+def etc_to_itself(tree):
+    run(["rm", "-rf", os.path.join(tree, "etc")])
+    os.symlink("/etc", os.path.join(tree, "etc"))
+
+
+def huge_etc(tree):
+    """16,500 names of 250 characters: `debugfs ls -p /etc` prints over the 4 MiB listing cap. Made
+    through the kernel's ext4 (mkfs.ext4 -d takes minutes over a folder this large)."""
+    def fill(disk):
+        mountpoint = os.path.join(os.path.dirname(disk), "mnt")
+        os.mkdir(mountpoint)
+        run(["mount", "-o", "loop", disk, mountpoint])
+        try:
+            for number in range(16500):
+                open(os.path.join(mountpoint, "etc", "%05d" % number + "x" * 245), "w").close()
+        finally:
+            run(["umount", mountpoint])
+    return fill
+
+
+def long_option_field(tree):
+    """A root entry (line 3) whose option field is 1,000,000 bytes (the file is under fstab's 1 MiB cap)."""
+    with open(os.path.join(tree, "etc", "fstab"), "a") as handle:
+        handle.write("UUID=%s / ext4 defaults,x-%s 0 1\n" % (ROOT_UUID, "a" * (1000000 - 11)))
+
+
+def huge_os_release(tree):
+    os.truncate(os.path.join(tree, "usr", "lib", "os-release"), 1024 * MIB)  # sparse: 1 GiB, no blocks
+
+
+LOOP = "more than 40 symlinks resolving %s (a loop?)"
+OVER_CAP = "debugfs -R ls -p /etc printed more than 4194304 bytes: over the cap"
+
+
+@pytest.mark.parametrize("name, change, unread", [
+    ("link to itself", link("fstab"), ["/etc/fstab of filesystem: " + LOOP % "/etc/fstab"]),
+    ("link loop", loop, ["/etc/fstab of filesystem: " + LOOP % "/etc/fstab"]),
+    ("FIFO", fifo, ["/etc/fstab of filesystem: not a regular file (a FIFO)"]),
+    ("block device", block_device, ["/etc/fstab of filesystem: not a regular file (a block device)"]),
+    ("/etc to itself", etc_to_itself, ["/etc/fstab of filesystem: " + LOOP % "/etc/fstab",
+                                       "/etc/os-release: " + LOOP % "/etc/os-release"]),
+    ("/etc over the listing cap", huge_etc, ["/etc/fstab of filesystem: " + OVER_CAP, "/etc/os-release: " + OVER_CAP]),
+    ("1 MB option field", long_option_field, ["/etc/fstab of filesystem: line 3 is 1000053 bytes, over the 4096 "
+                                              "bytes mount(2) takes for an entry's options: not read"]),
+    ("1 GiB os-release", huge_os_release, ["/etc/os-release: 1073741824 bytes, over the 65536-byte cap for this "
+                                           "file: not read"]),
+])
+def test_a_file_the_check_cannot_read_never_passes(tmp_path, name, change, unread):
+    """Each of these passed (exit 0): the file was skipped with a read error and IMAGE_FSTAB_UNRESOLVED
+    listed as passed. Now the file is in image.unread with the reason, the rules that need it are
+    undetermined and IMAGE_FILE_UNREAD fails the image."""
+    tree = readable_root(tmp_path)
+    after_mkfs = change(tree)
+    disk = str(tmp_path / "unread.raw")
+    mkfs(disk, tree, "64M", "-N", "20000", "-U", ROOT_UUID)
+    if after_mkfs:
+        after_mkfs(disk)
+    start = time.monotonic()
+    facts = image_facts(tmp_path, image=disk)
+    assert time.monotonic() - start < 60
+    assert ["%s: %s" % (u["path"], u["reason"]) for u in facts["image"]["unread"]] == unread, reasons(facts)
+    reason = unread[0]
+    verdict, report = offline_verdict(facts)
+    assert verdict == "fail", report["findings"]
+    unread = [f for f in report["findings"] if f["rule"] == "IMAGE_FILE_UNREAD"]
+    assert [f["severity"] for f in unread] == ["high"] and reason.split(": ", 1)[1] in unread[0]["message"]
+    passed = [p["rule"] for p in report["passed"]]
+    if "fstab" in reason:
+        assert facts["image"]["fstab_unresolved"] is None
+        assert "IMAGE_FSTAB_UNRESOLVED" not in passed
+        assert ["IMAGE_FSTAB_UNRESOLVED"] == [u["rule"] for u in report["undetermined"]
+                                              if u["missing"] == ["host.fstab_unresolved_count"]]
+    if "os-release" in unread[-1]:  # whose kernel it is cannot be told: the kernel rules by version are undetermined
+        assert facts["kernel"]["vendor"] is None and facts["kernel"]["backports"] is True
+        assert [u for u in report["undetermined"] if u["rule"].startswith("KERNEL_")], report["undetermined"]
+    assert_documented(facts)
+
+
+def rewrite_gpt(path, edit):
+    """Rewrite the primary GPT of a disk image (512-byte sectors) that sfdisk wrote: edit(entries) gets
+    its entries as bytearrays and returns the new ones; the CRC32s are made right again."""
+    with open(path, "r+b") as handle:
+        handle.seek(512)
+        header = bytearray(handle.read(92))
+        entries_lba, count, size = struct.unpack_from("<QII", header, 72)
+        handle.seek(entries_lba * 512)
+        table = handle.read(count * size)
+        table = b"".join(edit([bytearray(table[i * size:(i + 1) * size]) for i in range(count)]))
+        assert len(table) == count * size
+        struct.pack_into("<I", header, 88, binascii.crc32(table) & 0xFFFFFFFF)
+        struct.pack_into("<I", header, 16, 0)
+        struct.pack_into("<I", header, 16, binascii.crc32(bytes(header)) & 0xFFFFFFFF)
+        handle.seek(entries_lba * 512)
+        handle.write(table)
+        handle.seek(512)
+        handle.write(header)
+
+
+def root_and_data(tmp_path, data_in_fstab=True):
+    """A root filesystem (24 MiB) whose fstab mounts / and (data_in_fstab) /data by UUID, and the /data
+    one (16 MiB)."""
+    tree = readable_root(tmp_path, fstab="UUID=%s / ext4 defaults 0 1\n" % ROOT_UUID
+                         + ("UUID=%s /data ext4 defaults 0 2\n" % DATA_UUID if data_in_fstab else ""))
+    os.makedirs(os.path.join(tree, "data"))
+    data_tree = str(tmp_path / "data-tree")
+    os.makedirs(data_tree)
+    mkfs(str(tmp_path / "root.fs"), tree, "24M", "-U", ROOT_UUID)
+    mkfs(str(tmp_path / "data.fs"), data_tree, "16M", "-U", DATA_UUID)
+    return str(tmp_path / "root.fs"), str(tmp_path / "data.fs")
+
+
+def mbr_four_identical(tmp_path):
+    root, _ = root_and_data(tmp_path, data_in_fstab=False)
+    disk = str(tmp_path / "disk.raw")
+    partitioned(disk, "dos", ["start=2048, size=24MiB, type=83"], [(root, 24 * MIB)])
+    with open(disk, "r+b") as handle:
+        handle.seek(446)
+        entry = handle.read(16)
+        handle.write(entry * 3)  # entries 2-4 repeat entry 1
+    return disk
+
+
+def gpt_4096_identical(tmp_path):
+    root, _ = root_and_data(tmp_path, data_in_fstab=False)
+    disk = str(tmp_path / "disk.raw")
+    run(["truncate", "-s", "%d" % (32 * MIB), disk])
+    subprocess.run(["sfdisk", "-q", disk], check=True, input=b"label: gpt\ntable-length: 4096\n"
+                   b"start=2048, size=24MiB, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4\n")
+    run(["dd", "if=" + root, "of=" + disk, "bs=512", "seek=2048", "conv=notrunc,sparse", "status=none"])
+    rewrite_gpt(disk, lambda entries: [entries[0]] * len(entries))
+    return disk
+
+
+def gpt_second_inside_first(tmp_path):
+    """Partition 1 (root, at 1 MiB) is stretched over partition 2 (/data, at 26 MiB) after sfdisk wrote them."""
+    root, data = root_and_data(tmp_path)
+    disk = str(tmp_path / "disk.raw")
+    partitioned(disk, "gpt", ["start=2048, size=24MiB, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4",
+                              "start=53248, size=16MiB, type=0FC63DAF-8483-4772-8E79-3D69D8477DE4"],
+                [(root, 24 * MIB), (data, 26 * MIB)])
+
+    def stretch(entries):
+        struct.pack_into("<Q", entries[0], 40, 53248 + 32768 - 1)  # last LBA: the end of partition 2
+        return entries
+    rewrite_gpt(disk, stretch)
+    return disk
+
+
+@pytest.mark.parametrize("make, message", [
+    (mbr_four_identical, "partitions 1 (bytes 1048576-26214400) and 2 (bytes 1048576-26214400) overlap"),
+    (gpt_4096_identical, "partitions 1 (bytes 1048576-26214400) and 2 (bytes 1048576-26214400) overlap"),
+    (gpt_second_inside_first, "partitions 1 (bytes 1048576-44040192) and 2 (bytes 27262976-44040192) overlap"),
+])
+def test_overlapping_partitions_are_an_image_error(tmp_path, make, message):
+    """Each passed: every copy of the partition was read (4,096 times in 36 s for the GPT), or /data was
+    read inside root's partition. Now the table is an image error, found before anything else is read;
+    no root filesystem, so the offline host is failed and the verdict incomplete."""
+    disk = make(tmp_path)
+    start = time.monotonic()
+    facts = image_facts(tmp_path, image=disk)
+    assert time.monotonic() - start < 15
+    assert facts["errors"] == [{"where": "image", "reason": message + ": a corrupt or forged partition table"}]
+    assert facts["image"]["root"] is None and facts["filesystems"] == []
+    verdict, report = offline_verdict(facts)
+    assert verdict == "incomplete" and report["status"] == "failed"
+
+
+def test_offline_precheck_of_an_image_whose_fstab_loops(tmp_path):
+    """The playbook end to end: /etc/fstab a symlink to itself exited 0 with IMAGE_FSTAB_UNRESOLVED
+    passed; now the rule is undetermined, IMAGE_FILE_UNREAD fails the image and the exit code is not 0."""
+    tree = readable_root(tmp_path)
+    link("fstab")(tree)
+    disk = str(tmp_path / "loop.raw")
+    mkfs(disk, tree, "32M", "-U", ROOT_UUID)
+    reports_dir = tmp_path / "reports"
+    rc, out = ansible_playbook("playbooks/ami_precheck.yml", "-e", json.dumps({
+        "image": disk, "ami_precheck_boot": False, "ext4_audit_reports_dir": str(reports_dir),
+        "ami_precheck_name": "loop", "ami_precheck_work_parent": str(tmp_path)}))
+    summary = load_json(str(reports_dir / "latest" / "summary.json"))
+    report = load_json(str(reports_dir / "latest" / "hosts" / "loop-offline.json"))
+    assert rc != 0 and summary["verdict"] == "fail", (rc, summary["verdict"], out[-3000:])
+    assert "IMAGE_FSTAB_UNRESOLVED" not in [p["rule"] for p in report["passed"]]
+    assert "IMAGE_FSTAB_UNRESOLVED" in [u["rule"] for u in report["undetermined"]]
+    assert [f["rule"] for f in report["findings"] if f["severity"] == "high"] == ["IMAGE_FILE_UNREAD"]
+
+
+# ------------------------------------------------------ time and space bounds (issue 27)
+def slow_image(tmp_path):
+    """300 /boot/vmlinuz-* symlinks, each into a chain of 39 more links (1,000 such took 134 s)."""
+    tree = readable_root(tmp_path)
+    boot = os.path.join(tree, "boot")
+    for hop in range(39):
+        os.symlink("chain-%d" % (hop + 1) if hop < 38 else "vmlinuz-" + KNEW[0], os.path.join(boot, "chain-%d" % hop))
+    for number in range(300):
+        os.symlink("chain-0", os.path.join(boot, "vmlinuz-5.%d.0" % number))
+    disk = str(tmp_path / "slow.raw")
+    mkfs(disk, tree, "32M", "-U", ROOT_UUID)
+    return disk
+
+
+def test_a_slow_image_stops_at_the_budget_as_incomplete(tmp_path):
+    """With a budget of 2 s the check of a slow image stops there, names the steps not done, and the
+    image is not judged."""
+    disk = slow_image(tmp_path)
+    start = time.monotonic()
+    facts = image_facts(tmp_path, image=disk, budget=2)
+    assert time.monotonic() - start < 20  # ansible's own start-up included
+    image = facts["image"]
+    assert image["incomplete"] == ("the check's time budget of 2 s ran out (debugfs was killed at the end of the "
+                                   "budget); not done: os-release and kernels, e2fsck -fn of the filesystems"), \
+        image["incomplete"]
+    assert [step["step"] for step in image["steps"]][-1] == "os-release and kernels"
+    assert sum(step["seconds"] for step in image["steps"]) < 3
+    verdict, report = offline_verdict(facts)
+    assert verdict == "incomplete" and report["status"] == "failed" and report["reason"] == image["incomplete"]
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 64 MiB tmpfs: the work folder given to the check."""
+    folder = tmp_path / "work"
+    folder.mkdir()
+    run(["mount", "-t", "tmpfs", "-o", "size=64m,mode=0700", "tmpfs", str(folder)])
+    yield folder
+    run(["umount", str(folder)])
+
+
+def test_a_qcow2_larger_than_the_work_folder_is_refused_before_writing(tmp_path, small_tmpfs):
+    """A compressed qcow2 of a few MiB whose virtual disk is 256 MiB of data: the free-space check
+    used qemu-img's actual-size and went on to write the raw copy until the work folder was full
+    (4,055 MiB to /var/tmp for a 5.9 MB image). Now its virtual size is checked, before writing."""
+    tree = readable_root(tmp_path)
+    with open(os.path.join(tree, "filler"), "wb") as handle:
+        handle.write(b"compressible, not zero " * (200 * MIB // 23))
+    raw = str(tmp_path / "big.raw")
+    mkfs(raw, tree, "256M", "-U", ROOT_UUID)
+    qcow2 = str(tmp_path / "big.qcow2")
+    run(["qemu-img", "convert", "-c", "-f", "raw", "-O", "qcow2", raw, qcow2])
+    assert os.path.getsize(qcow2) < 16 * MIB
+    facts = image_facts(tmp_path, image=qcow2, tmp_dir=str(small_tmpfs))
+    [error] = facts["errors"]
+    assert error["where"] == "image" and error["reason"].startswith(str(small_tmpfs / "ext4-image-")), error
+    assert error["reason"].endswith(" has 64 MiB free, the raw copy of this image needs up to its virtual size, "
+                                    "256 MiB: refused before writing"), error
+    assert os.listdir(str(small_tmpfs)) == []
+    assert offline_verdict(facts)[0] == "incomplete"
+    # the same image with room for its raw copy is read
+    roomy = image_facts(tmp_path / "roomy", image=qcow2, tmp_dir=str(tmp_path))
+    assert roomy["image"]["root"] is not None and roomy["image"]["steps"][0]["step"] == "qcow2 to raw copy"
+
+
+def test_offline_precheck_stops_at_its_budget(tmp_path):
+    """The playbook end to end with ami_precheck_budget_s=2: the offline host is failed with what was
+    not done, and the verdict is incomplete (exit 2), in seconds."""
+    disk = slow_image(tmp_path)
+    reports_dir = tmp_path / "reports"
+    rc, out = ansible_playbook("playbooks/ami_precheck.yml", "-e", json.dumps({
+        "image": disk, "ami_precheck_boot": False, "ext4_audit_reports_dir": str(reports_dir),
+        "ami_precheck_name": "slow", "ami_precheck_work_parent": str(tmp_path), "ami_precheck_budget_s": 2}))
+    summary = load_json(str(reports_dir / "latest" / "summary.json"))
+    assert rc != 0 and summary["verdict"] == "incomplete", (rc, summary["verdict"], out[-3000:])
+    [host] = summary["hosts_not_audited"]
+    assert host["host"] == "slow-offline" and host["status"] == "failed"
+    assert host["reason"].startswith("the check's time budget of 2 s ran out") and \
+        host["reason"].endswith("not done: os-release and kernels, e2fsck -fn of the filesystems"), host

@@ -317,6 +317,34 @@ def test_unreadable_tables(make, message):
         p.parse_partition_table(reader(disk), len(disk))
 
 
+@pytest.mark.parametrize("make, message", [
+    (lambda: mbr([(0x83, 2048, 16384)] * 4), "partitions 1 (bytes 1048576-9437184) and 2 (bytes 1048576-9437184) overlap"),
+    (lambda: mbr([(0x83, 2048, 16384), (0x83, 10000, 16384)]), "partitions 1 (bytes 1048576-9437184) and 2 "
+                                                               "(bytes 5120000-13508608) overlap"),
+    (lambda: gpt([(LINUX, "bbbbbbbb-0000-0000-0000-000000000002", 2048, 65535, "root"),
+                  (LINUX, "bbbbbbbb-0000-0000-0000-000000000003", 40000, 80000, "data")], size=64 * MIB),
+     "partitions 1 (bytes 1048576-33554432) and 2 (bytes 20480000-40960512) overlap"),
+])
+def test_overlapping_partitions_are_refused(make, message):
+    """Partitions that share blocks (a repeated entry, one starting inside another) are a corrupt or
+    forged table: each filesystem would write over the other's blocks."""
+    disk = make()
+    with pytest.raises(p.ParseError, match=re.escape(message)):
+        p.parse_partition_table(reader(disk), len(disk))
+
+
+def test_adjacent_partitions_are_not_overlapping():
+    disk = mbr([(0x83, 2048, 16384), (0x83, 2048 + 16384, 16384)])
+    assert [x["number"] for x in p.parse_partition_table(reader(disk), len(disk))["partitions"]] == [1, 2]
+
+
+def test_fstab_long_line():
+    assert p.fstab_long_line("# " + "x" * 9000 + "\n/dev/vda / ext4 defaults 0 1\n", 4096) is None  # a comment
+    assert p.fstab_long_line("/dev/vda / ext4 defaults,x-%s 0 1\n" % ("a" * 5000), 4096) == (1, 5031)
+    assert p.fstab_long_line("\n/dev/vda / ext4 x-%s 0 1" % ("\u00e9" * 2100), 4096) == (2, 4222)  # bytes, not characters
+    assert p.fstab_long_line("/dev/vda / ext4 x-%s 0 1" % ("a" * 4074), 4096) is None  # 4096 bytes exactly
+
+
 # ---------------------------------------------------------------- the module's code
 def test_image_module_runs_on_python_3_8_and_imports_only_stdlib():
     result = subprocess.run([os.path.join(VENV_BIN, "vermin"), "-t=3.8-", "--no-tips", "--violations",
