@@ -13,6 +13,7 @@ import traceback
 
 from . import SEVERITIES, severity_rank, catalog as catalog_mod, contract, kernel_gate, kernel_records, probe, reports, waivers as waivers_mod
 from . import baseline as baseline_mod, fleet, html, markdown, merge, policy as policy_mod, run as run_mod, terminal, version, writers
+from .parsers import run_folder
 
 
 DEFAULT_FAIL_ON = "high"
@@ -58,36 +59,83 @@ def plotted_hosts(probes, plan):
                               .get("runs_completed"))
 
 
+def play_items(run_dir, paths):
+    """(items, owners): what the report step reports on, every facts record file and, for each host
+    of the play (play-hosts.json, written by the role) without one, a failed record saying so; and
+    {record file name: host} of the play's hosts. A run folder without the list (made by hand, or by
+    an older role) is reported from its records alone."""
+    path = os.path.join(run_dir, run_folder.PLAY_HOSTS)
+    if not os.path.exists(path):
+        return list(paths), {}
+    doc = reports.read_json(path, "the play's host list")
+    hosts = doc.get("hosts") if isinstance(doc, dict) else None
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and h for h in hosts):
+        raise reports.ReportError("the play's host list %s: $.hosts is not a list of host names" % run_folder.PLAY_HOSTS)
+    owners = dict((run_folder.record_name(host), host) for host in hosts)
+    present = set(os.path.basename(p) for p in paths)
+    missing = [fleet.failed_record(host, "no facts record: the play did not save an answer of this host (it did not "
+                                         "reach the facts task, or stopped before its answer was saved)")
+               for name, host in sorted(owners.items()) if name not in present]
+    return list(paths) + missing, owners
+
+
+def open_run(run_dir):
+    """The run folder opened by descriptor (run_folder.open_folder: from / without following a
+    symbolic link, refused when another user could write it or its reports folder), and the path
+    that reaches it through the descriptor: nothing swapped at run_dir later changes where the
+    step reads and writes."""
+    try:
+        fd = run_folder.open_folder(os.path.abspath(run_dir), private=2)
+    except FileNotFoundError:
+        raise reports.ReportError("run folder %s not found" % run_dir)
+    except run_folder.FolderError as exc:
+        raise reports.ReportError("run folder %s refused: %s" % (run_dir, exc))
+    return fd, "/proc/self/fd/%d" % fd
+
+
 def cmd_report(args):
+    fd, held = open_run(args.run_dir)
+    try:
+        return _report(args, held)
+    except (reports.ReportError, contract.ContractError) as exc:  # name the folder as given, not by descriptor
+        raise type(exc)(str(exc).replace(held, args.run_dir))
+    finally:
+        os.close(fd)
+
+
+def _report(args, run_dir):
     catalog = catalog_mod.load(args.rules_dir, args.site_rules)
     waivers = waivers_mod.load(args.waivers, set(catalog.by_id)) if args.waivers else []
     base = load_baseline(args)
     now = reports.utc_now()
     run_id = os.path.basename(os.path.normpath(args.run_dir))
-    paths = sorted(glob.glob(os.path.join(args.run_dir, "facts", "*.json")))
-    probes, plan = load_probe(args.run_dir)
-    job = fleet.Job(args.run_dir, catalog, waivers, base, probes, plan, run_id, now, args.fail_on, args.fail_on_new,
-                    len(paths), plotted_hosts(probes, plan), os.path.join(args.rules_dir, "catalog.yml"),
+    items, owners = play_items(run_dir, sorted(glob.glob(os.path.join(run_dir, "facts", "*.json"))))
+    probes, plan = load_probe(run_dir)
+    job = fleet.Job(run_dir, catalog, waivers, base, probes, plan, run_id, now, args.fail_on, args.fail_on_new,
+                    len(items), plotted_hosts(probes, plan), os.path.join(args.rules_dir, "catalog.yml"),
                     args.inventory, args.formats)
-    summary_path = os.path.join(args.run_dir, reports.SUMMARY)
+    job.owners = owners
+    summary_path = os.path.join(run_dir, reports.SUMMARY)
     try:
-        job.staging = fleet.stage(args.run_dir)
+        job.staging = fleet.stage(run_dir)
         try:
-            digests = fleet.report_hosts(job, paths, args.jobs)
+            digests = fleet.report_hosts(job, items, args.jobs)
             diff = (baseline_mod.diff(base, [d["host"] for d in digests], [d["baseline"] for d in digests])
                     if base else None)
             summary = reports.summarize_digests(digests, run_id, args.fail_on, args.unreachable_incomplete, now,
                                                 baseline=diff, fail_on_new=args.fail_on_new)
-            fleet.put_hosts_in_place(args.run_dir, job.staging)
+            fleet.put_hosts_in_place(run_dir, job.staging)
             fleet.write_fleet_files(job, summary, digests)
         finally:
             fleet.discard(job.staging)  # before finish_run's flush: the parts' pages are never written
-        reports.finish_run(args.run_dir, summary)
+        reports.finish_run(run_dir, summary)
     except OSError as exc:  # out of space, a write-back error: say which folder, and what it leaves there
         raise reports.ReportError("run folder %s: its reports could not be written (%s)%s" % (
             args.run_dir, exc, "" if os.path.exists(summary_path) else
             "; it is incomplete (no %s), and gate, merge and --baseline refuse it" % reports.SUMMARY))
-    reports.point_latest(os.path.dirname(os.path.normpath(args.run_dir)), args.run_dir)  # syncfs: summary.json too
+    reports.point_latest(os.path.join(run_dir, ".."), run_id, run_dir)  # syncfs: summary.json too
+    if args.verdict_file:
+        reports.write_verdict(args.verdict_file, args.run_dir, summary)
     sys.stdout.write(reports.json_text(summary) if args.print == "json" else terminal.table(summary) + "\n")
     return reports.EXIT_CODES[summary["verdict"]]
 
@@ -327,6 +375,9 @@ def main(argv=None):
                                             "summary.json's document, for scripts")
         sub.choices[name].add_argument("--inventory", metavar="DIR",
                                        help="inventory folder: report.sarif points at its host_vars/<host>.yml files")
+        sub.choices[name].add_argument("--verdict-file", metavar="FILE", default="",
+                                       help="also write the verdict here, as {\"verdict\", \"reason\", \"run_dir\"} "
+                                            "(mode 0600; `ext4audit run` gives its private file; empty: none)")
         sub.choices[name].add_argument("--jobs", type=int, default=fleet.default_jobs(), metavar="N",
                                        help="worker processes for fleets of %d hosts or more (default: the CPUs "
                                             "this process may use, %d here)" % (fleet.PARALLEL_FROM, fleet.default_jobs()))

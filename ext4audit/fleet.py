@@ -21,6 +21,7 @@ import concurrent.futures
 import contextlib
 import ctypes
 import glob
+import json
 import multiprocessing
 import os
 import shutil
@@ -28,6 +29,7 @@ import signal
 import tempfile
 
 from . import baseline as baseline_mod, contract, engine, policy as policy_mod, probe, reports, waivers as waivers_mod, writers as writers_mod
+from .parsers import run_folder
 
 FACTS_SCHEMA = contract.FACTS_SCHEMA
 PARALLEL_FROM = 200  # hosts; below this, forking workers costs more than it saves
@@ -36,14 +38,62 @@ SHARDS_PER_WORKER = 16  # small shards even out the workers' loads at the end of
 
 def read_record(path):
     """A facts record, decoded through contract.FactsRecord: a corrupt or foreign file is a clear
-    error (exit 2) naming the file, the host and the field, before anything is written. Facts of
-    another schema, or of a host not audited, are not checked: that host is reported as not audited."""
+    error (exit 2) naming the file, the host and the field. Facts of another schema, or of a host
+    not audited, are not checked: that host is reported as not audited. (The report step itself
+    takes records through load_record, which fails the one host instead.)"""
     record = reports.read_json(path, "facts record")
     facts = record.get("facts") if isinstance(record, dict) else None
     audited = isinstance(facts, dict) and facts.get("schema") == FACTS_SCHEMA and record.get("status") == "audited"
     contract.check(record if audited or facts is None else dict(record, facts=None), contract.FactsRecord,
                    "facts record %s" % path)
     return record
+
+
+def failed_record(host, reason):
+    """The record of a host the report step fails: no facts, the reason."""
+    return {"host": host, "status": "failed", "reason": reason, "groups": None, "policy": None, "facts": None}
+
+
+def load_record(item, owners):
+    """The facts record of one item of the run: a record the step made itself (a dict: a host of
+    the play without a record), or a record file, read within the bounds of
+    run_folder (size, counts, lengths). A file that cannot be read, breaks a bound or is not of the
+    record's shape fails its host with the reason, and the others are reported: its host is the
+    one its file name belongs to (owners: {file name: host} of the play's hosts), else the one it
+    names. Only a file that names no host is an error of the whole step (ReportError)."""
+    if isinstance(item, dict):
+        return item
+    where = "facts record %s" % os.path.basename(item)
+    owner = owners.get(os.path.basename(item))
+    try:
+        with open(item, "rb") as handle:
+            data = handle.read(run_folder.ANSWER_MAX_BYTES + 1)
+    except OSError as exc:
+        data, problem = None, "%s could not be read: %s" % (where, exc.strerror)
+    record = None
+    if data is not None and len(data) > run_folder.ANSWER_MAX_BYTES:
+        problem = "%s is over %d bytes (run_folder.ANSWER_MAX_BYTES)" % (where, run_folder.ANSWER_MAX_BYTES)
+    elif data is not None:
+        try:
+            record = json.loads(data)
+            problem = run_folder.answer_problem(record)
+            problem = problem and "%s breaks a bound: %s" % (where, problem)
+        except (ValueError, RecursionError) as exc:
+            problem = "%s is not valid JSON: %s" % (where, str(exc)[:200])
+    named = record.get("host") if isinstance(record, dict) else None
+    host = owner or (named if isinstance(named, str) and named else None)
+    if host is None:
+        raise reports.ReportError("%s (%s) names no host: %s" % (where, item, problem or "$.host is missing"))
+    if problem is None and named != host:
+        problem = "%s is the file of host %r but names host %r" % (where, host, named)
+    if problem is None:
+        try:
+            facts = record.get("facts")
+            audited = isinstance(facts, dict) and facts.get("schema") == FACTS_SCHEMA and record.get("status") == "audited"
+            contract.check(record if audited or facts is None else dict(record, facts=None), contract.FactsRecord, where)
+        except contract.ContractError as exc:
+            problem = str(exc)
+    return failed_record(host, problem) if problem else record
 
 
 def build_host_report(record, catalog, waivers, run_id, now, probes=None, plan=None, fail_on="high"):
@@ -60,7 +110,10 @@ def build_host_report(record, catalog, waivers, run_id, now, probes=None, plan=N
     try:
         policy, skipped = policy_mod.make(record.get("policy"), catalog, "host %s" % host, fail_on)
     except policy_mod.PolicyError as exc:
-        raise reports.ReportError(str(exc))
+        if record.get("policy") is None:  # the step's own default: an error of the step
+            raise reports.ReportError(str(exc))
+        return build_host_report(failed_record(host, "its record's policy is not valid: %s" % exc), catalog, waivers,
+                                 run_id, now, probes, plan, fail_on)
     section = probe.host_section(probes[host], plan) if probes and host in probes else None
     report = {"schema": reports.HOST_SCHEMA, "run_id": run_id, "generated_at": reports.stamp(now),
               "host": host, "groups": record.get("groups") or [], "status": record.get("status", "failed"),
@@ -74,7 +127,11 @@ def build_host_report(record, catalog, waivers, run_id, now, probes=None, plan=N
     if report["status"] == "audited" and (not isinstance(facts, dict) or facts.get("schema") != FACTS_SCHEMA):
         report.update(status="failed", reason="facts from the host are missing or of an unknown schema")
     elif report["status"] == "audited":
-        findings, undetermined, passed = engine.evaluate_host(facts, catalog, skipped)
+        try:
+            findings, undetermined, passed = engine.evaluate_host(facts, catalog, skipped)
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:  # facts the model let through
+            return build_host_report(failed_record(host, "its facts could not be evaluated (%s: %s)" % (
+                type(exc).__name__, exc)), catalog, waivers, run_id, now, probes, plan, fail_on)
         if probes is not None:
             probe.confirm(findings, section, catalog.by_id)
         policy_mod.override(findings, policy["severity_overrides"])  # the site's word is the last
@@ -100,6 +157,7 @@ class Job:
         self.formats = formats  # writers.FORMATS names, in that order
         self.staging = None
         self.writers = None  # see _writers
+        self.owners = {}  # {facts record file name: host} of the play's hosts (cli.play_items)
 
 
 _JOB = None  # the job of the current report step; worker processes inherit it when they fork
@@ -119,7 +177,7 @@ def run_shard(number, paths, first_index):
     index = open(_index_parts(job).path(number), "wb")
     try:
         for offset, path in enumerate(paths):
-            report = build_host_report(read_record(path), job.catalog, job.waivers, job.run_id, job.now,
+            report = build_host_report(load_record(path, job.owners), job.catalog, job.waivers, job.run_id, job.now,
                                        job.probes, job.plan, job.fail_on)
             part = baseline_mod.compare_host(report, job.base) if job.base else None
             # No temporary name and no fsync per file: the whole folder is new, moves into place
