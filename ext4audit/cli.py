@@ -59,26 +59,6 @@ def plotted_hosts(probes, plan):
                               .get("runs_completed"))
 
 
-def play_items(run_dir, paths):
-    """(items, owners): what the report step reports on, every facts record file and, for each host
-    of the play (play-hosts.json, written by the role) without one, a failed record saying so; and
-    {record file name: host} of the play's hosts. A run folder without the list (made by hand, or by
-    an older role) is reported from its records alone."""
-    path = os.path.join(run_dir, run_folder.PLAY_HOSTS)
-    if not os.path.exists(path):
-        return list(paths), {}
-    doc = reports.read_json(path, "the play's host list")
-    hosts = doc.get("hosts") if isinstance(doc, dict) else None
-    if not isinstance(hosts, list) or not all(isinstance(h, str) and h for h in hosts):
-        raise reports.ReportError("the play's host list %s: $.hosts is not a list of host names" % run_folder.PLAY_HOSTS)
-    owners = dict((run_folder.record_name(host), host) for host in hosts)
-    present = set(os.path.basename(p) for p in paths)
-    missing = [fleet.failed_record(host, "no facts record: the play did not save an answer of this host (it did not "
-                                         "reach the facts task, or stopped before its answer was saved)")
-               for name, host in sorted(owners.items()) if name not in present]
-    return list(paths) + missing, owners
-
-
 def open_run(run_dir):
     """The run folder opened by descriptor (run_folder.open_folder: from / without following a
     symbolic link, refused when another user could write it or its reports folder), and the path
@@ -109,17 +89,17 @@ def _report(args, run_dir):
     base = load_baseline(args)
     now = reports.utc_now()
     run_id = os.path.basename(os.path.normpath(args.run_dir))
-    items, owners = play_items(run_dir, sorted(glob.glob(os.path.join(run_dir, "facts", "*.json"))))
+    paths = sorted(glob.glob(os.path.join(run_dir, "facts", "*.json")))
+    play_hosts = reports.play_hosts(run_dir)  # each ends in the summary, with a record or failed without
     probes, plan = load_probe(run_dir)
     job = fleet.Job(run_dir, catalog, waivers, base, probes, plan, run_id, now, args.fail_on, args.fail_on_new,
-                    len(items), plotted_hosts(probes, plan), os.path.join(args.rules_dir, "catalog.yml"),
-                    args.inventory, args.formats)
-    job.owners = owners
+                    max(len(paths), len(play_hosts or ())), plotted_hosts(probes, plan), os.path.join(args.rules_dir, "catalog.yml"),
+                    args.inventory, args.formats, play_hosts)
     summary_path = os.path.join(run_dir, reports.SUMMARY)
     try:
         job.staging = fleet.stage(run_dir)
         try:
-            digests = fleet.report_hosts(job, items, args.jobs)
+            digests = fleet.report_hosts(job, paths, args.jobs)
             diff = (baseline_mod.diff(base, [d["host"] for d in digests], [d["baseline"] for d in digests])
                     if base else None)
             summary = reports.summarize_digests(digests, run_id, args.fail_on, args.unreachable_incomplete, now,

@@ -56,7 +56,7 @@ def failed_record(host, reason):
 
 def load_record(item, owners):
     """The facts record of one item of the run: a record the step made itself (a dict: a host of
-    the play without a record), or a record file, read within the bounds of
+    the play without a record, see report_hosts), or a record file, read within the bounds of
     run_folder (size, counts, lengths). A file that cannot be read, breaks a bound or is not of the
     record's shape fails its host with the reason, and the others are reported: its host is the
     one its file name belongs to (owners: {file name: host} of the play's hosts), else the one it
@@ -149,7 +149,7 @@ class Job:
     """What every host of a run is reported with: the same for every shard and worker."""
 
     def __init__(self, run_dir, catalog, waivers, base, probes, plan, run_id, now, fail_on, fail_on_new,
-                 hosts, plotted, catalog_path=None, inventory=None, formats=tuple(writers_mod.FORMATS)):
+                 hosts, plotted, catalog_path=None, inventory=None, formats=tuple(writers_mod.FORMATS), play_hosts=None):
         self.run_dir, self.catalog, self.waivers, self.base = run_dir, catalog, waivers, base
         self.probes, self.plan, self.run_id, self.now = probes, plan, run_id, now
         self.fail_on, self.fail_on_new, self.hosts = fail_on, fail_on_new, hosts
@@ -157,7 +157,10 @@ class Job:
         self.formats = formats  # writers.FORMATS names, in that order
         self.staging = None
         self.writers = None  # see _writers
-        self.owners = {}  # {facts record file name: host} of the play's hosts (cli.play_items)
+        # the hosts of the facts play (reports.play_hosts; None: the records' hosts), and the
+        # file name the role gives each one's record (load_record)
+        self.play_hosts = play_hosts
+        self.owners = dict((run_folder.record_name(host), host) for host in play_hosts or ())
 
 
 _JOB = None  # the job of the current report step; worker processes inherit it when they fork
@@ -257,7 +260,7 @@ def report_hosts(job, paths, jobs):
     _writers(job)  # made before the workers fork, they inherit them (0.3 s of set-up per process)
     try:
         if jobs == 1:
-            return _one_report_per_host([d for shard in shards for d in run_shard(*shard)])
+            return _with_missing_hosts(job, _one_report_per_host([d for shard in shards for d in run_shard(*shard)]))
         context = multiprocessing.get_context("fork")
         with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context, initializer=_die_with_parent) as pool:
             futures = [pool.submit(run_shard, *shard) for shard in shards]  # (the workers fork at the first)
@@ -267,7 +270,7 @@ def report_hosts(job, paths, jobs):
                     for (number, _, _), future in zip(shards, futures):
                         digests.extend(future.result())
                         write_back(_hosts_dir(job, number))  # its host reports go to disk while the workers work
-                return _one_report_per_host(digests)
+                return _with_missing_hosts(job, _one_report_per_host(digests))
             except concurrent.futures.process.BrokenProcessPool as exc:
                 raise reports.ReportError("a worker of the report step died (%s): nothing was written" % exc)
             finally:
@@ -275,6 +278,19 @@ def report_hosts(job, paths, jobs):
                     future.cancel()
     finally:
         _JOB = None
+
+
+LAST_SHARD = 99999  # the hosts of the play without a record: after every shard of records
+NO_RECORD = ("no facts record: the play did not save an answer of this host (it did not reach the facts task, or "
+             "stopped before its answer was saved)")
+
+
+def _with_missing_hosts(job, digests):
+    """digests, and after them those of the play's hosts that have no record, each failed with the
+    reason (in this process, as one last shard): a host never drops out of the run."""
+    seen = set(d["host"] for d in digests)
+    missing = [failed_record(host, NO_RECORD) for host in job.play_hosts or () if host not in seen]
+    return digests + run_shard(LAST_SHARD, missing, len(digests)) if missing else digests
 
 
 def _one_report_per_host(digests):

@@ -39,7 +39,7 @@ def collect(slices, play_hosts=None):
             _claim(owners, ("facts", host), folder)
             recorded.add(host)
             files[os.path.join("facts", os.path.basename(path))] = path
-        slice_hosts = _play_hosts(folder)
+        slice_hosts = reports.play_hosts(folder) or []
         play_hosts.extend(slice_hosts)  # slices do not overlap (checked by their records)
         recorded |= set(slice_hosts)  # a host of the play without a record: reported as failed
         if recorded != set(reported):
@@ -66,18 +66,6 @@ def collect(slices, play_hosts=None):
             _claim(owners, ("probe", doc["host"]), folder)
             files[os.path.join("probe", os.path.basename(path))] = path
     return files
-
-
-def _play_hosts(folder):
-    """The hosts of a slice's play (the role's play-hosts.json), [] without one."""
-    path = os.path.join(folder, run_folder.PLAY_HOSTS)
-    if not os.path.exists(path):
-        return []
-    doc = reports.read_json(path, "the play's host list")
-    hosts = doc.get("hosts") if isinstance(doc, dict) else None
-    if not isinstance(hosts, list) or not all(isinstance(h, str) and h for h in hosts):
-        raise reports.ReportError("slice %s: %s: $.hosts is not a list of host names" % (folder, run_folder.PLAY_HOSTS))
-    return hosts
 
 
 def _claim(owners, key, folder):

@@ -229,6 +229,16 @@ def read_complete_run(run_dir, what):
     return summary, statuses
 
 
+def play_hosts(run_dir: str) -> "list[str] | None":
+    """The hosts of the run's facts play (play-hosts.json, written by the role with their records,
+    decoded through contract.PlayHosts), or None for a folder without the list (made by hand, or by
+    an older role)."""
+    path = os.path.join(run_dir, run_folder.PLAY_HOSTS)
+    if not os.path.exists(path):
+        return None
+    return read_json(path, "the play's host list", contract.PlayHosts).hosts
+
+
 def some(names):
     """Names for a message: the first five, quoted."""
     return ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
