@@ -42,11 +42,16 @@ def read_record(path):
     not audited, are not checked: that host is reported as not audited. (The report step itself
     takes records through load_record, which fails the one host instead.)"""
     record = reports.read_json(path, "facts record")
+    check_record(record, "facts record %s" % path)
+    return record
+
+
+def check_record(record, where):
+    """A facts record decoded through contract.FactsRecord (ContractError); its facts only when it
+    says it was audited with facts of this schema."""
     facts = record.get("facts") if isinstance(record, dict) else None
     audited = isinstance(facts, dict) and facts.get("schema") == FACTS_SCHEMA and record.get("status") == "audited"
-    contract.check(record if audited or facts is None else dict(record, facts=None), contract.FactsRecord,
-                   "facts record %s" % path)
-    return record
+    contract.check(record if audited or facts is None else dict(record, facts=None), contract.FactsRecord, where)
 
 
 def failed_record(host, reason):
@@ -88,9 +93,7 @@ def load_record(item, owners):
         problem = "%s is the file of host %r but names host %r" % (where, host, named)
     if problem is None:
         try:
-            facts = record.get("facts")
-            audited = isinstance(facts, dict) and facts.get("schema") == FACTS_SCHEMA and record.get("status") == "audited"
-            contract.check(record if audited or facts is None else dict(record, facts=None), contract.FactsRecord, where)
+            check_record(record, where)
         except contract.ContractError as exc:
             problem = str(exc)
     return failed_record(host, problem) if problem else record
