@@ -22,6 +22,7 @@ record at all is failed by the report step. Runs under --check as well: it write
 on the controller, not on a host.
 """
 
+import json
 import os
 
 from ansible.errors import AnsibleActionFail
@@ -65,8 +66,10 @@ class ActionModule(ActionBase):
                             run_folder.write_file(sub_fd, name, files[name])
                     finally:
                         os.close(sub_fd)
-                if args.get("collect"):
-                    hosts = list(task_vars.get("ansible_play_hosts_all") or [])
+                if args.get("collect"):  # with the hosts of an earlier facts play of the run, if any
+                    hosts = _earlier_hosts(fd)
+                    known = set(hosts)
+                    hosts += [h for h in task_vars.get("ansible_play_hosts_all") or [] if h not in known]
                     run_folder.write_file(fd, run_folder.PLAY_HOSTS, run_folder.record_text({"hosts": hosts}))
             finally:
                 os.close(fd)
@@ -91,6 +94,23 @@ class ActionModule(ActionBase):
                 dict(record, status="failed", facts=None,
                      reason="its answer is over %d bytes as a record" % run_folder.ANSWER_MAX_BYTES))
         return records
+
+
+def _earlier_hosts(fd):
+    """The hosts play-hosts.json lists already (a playbook with two facts plays), [] when none."""
+    try:
+        handle = os.open(run_folder.PLAY_HOSTS, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+    except FileNotFoundError:
+        return []
+    with os.fdopen(handle, "rb") as source:
+        data = source.read(run_folder.ANSWER_MAX_BYTES + 1)
+    try:
+        hosts = json.loads(data).get("hosts")
+    except (ValueError, AttributeError):
+        hosts = None
+    if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+        raise AnsibleActionFail("run folder: %s is not a list of hosts" % run_folder.PLAY_HOSTS)
+    return hosts
 
 
 def _record(host, answer, host_vars):

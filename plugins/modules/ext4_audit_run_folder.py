@@ -21,7 +21,7 @@ description:
     writes records into it atomically (a temporary name, flushed, renamed), so a killed run never leaves half
     a record.
   - O(collect) writes a facts record for every host of the play that has an answer in that registered
-    variable, audited or not, and the play's host list (C(play-hosts.json)): an answer that was skipped,
+    variable, audited or not, and the play's host list (C(play-hosts.json)). An answer that was skipped,
     failed, could not be read, or breaks a bound (size, counts, string lengths, nesting) makes a failed
     record with the reason. The report step fails a host of the list without a record.
   - Runs on the controller as an action, without a module run; it writes the run's reports, not a
