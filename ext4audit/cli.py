@@ -13,6 +13,7 @@ import traceback
 
 from . import SEVERITIES, severity_rank, catalog as catalog_mod, contract, kernel_gate, kernel_records, probe, reports, waivers as waivers_mod
 from . import baseline as baseline_mod, fleet, html, markdown, merge, policy as policy_mod, run as run_mod, terminal, version, writers
+from .parsers import run_folder
 
 
 DEFAULT_FAIL_ON = "high"
@@ -58,36 +59,63 @@ def plotted_hosts(probes, plan):
                               .get("runs_completed"))
 
 
+def open_run(run_dir):
+    """The run folder opened by descriptor (run_folder.open_folder: from / without following a
+    symbolic link, refused when another user could write it or its reports folder), and the path
+    that reaches it through the descriptor: nothing swapped at run_dir later changes where the
+    step reads and writes."""
+    try:
+        fd = run_folder.open_folder(os.path.abspath(run_dir), private=2)
+    except FileNotFoundError:
+        raise reports.ReportError("run folder %s not found" % run_dir)
+    except run_folder.FolderError as exc:
+        raise reports.ReportError("run folder %s refused: %s" % (run_dir, exc))
+    return fd, "/proc/self/fd/%d" % fd
+
+
 def cmd_report(args):
+    fd, held = open_run(args.run_dir)
+    try:
+        return _report(args, held)
+    except (reports.ReportError, contract.ContractError) as exc:  # name the folder as given, not by descriptor
+        raise type(exc)(str(exc).replace(held, args.run_dir))
+    finally:
+        os.close(fd)
+
+
+def _report(args, run_dir):
     catalog = catalog_mod.load(args.rules_dir, args.site_rules)
     waivers = waivers_mod.load(args.waivers, set(catalog.by_id)) if args.waivers else []
     base = load_baseline(args)
     now = reports.utc_now()
     run_id = os.path.basename(os.path.normpath(args.run_dir))
-    paths = sorted(glob.glob(os.path.join(args.run_dir, "facts", "*.json")))
-    probes, plan = load_probe(args.run_dir)
-    job = fleet.Job(args.run_dir, catalog, waivers, base, probes, plan, run_id, now, args.fail_on, args.fail_on_new,
-                    len(paths), plotted_hosts(probes, plan), os.path.join(args.rules_dir, "catalog.yml"),
-                    args.inventory, args.formats)
-    summary_path = os.path.join(args.run_dir, reports.SUMMARY)
+    paths = sorted(glob.glob(os.path.join(run_dir, "facts", "*.json")))
+    play_hosts = reports.play_hosts(run_dir)  # each ends in the summary, with a record or failed without
+    probes, plan = load_probe(run_dir)
+    job = fleet.Job(run_dir, catalog, waivers, base, probes, plan, run_id, now, args.fail_on, args.fail_on_new,
+                    max(len(paths), len(play_hosts or ())), plotted_hosts(probes, plan), os.path.join(args.rules_dir, "catalog.yml"),
+                    args.inventory, args.formats, play_hosts)
+    summary_path = os.path.join(run_dir, reports.SUMMARY)
     try:
-        job.staging = fleet.stage(args.run_dir)
+        job.staging = fleet.stage(run_dir)
         try:
             digests = fleet.report_hosts(job, paths, args.jobs)
             diff = (baseline_mod.diff(base, [d["host"] for d in digests], [d["baseline"] for d in digests])
                     if base else None)
             summary = reports.summarize_digests(digests, run_id, args.fail_on, args.unreachable_incomplete, now,
                                                 baseline=diff, fail_on_new=args.fail_on_new)
-            fleet.put_hosts_in_place(args.run_dir, job.staging)
+            fleet.put_hosts_in_place(run_dir, job.staging)
             fleet.write_fleet_files(job, summary, digests)
         finally:
             fleet.discard(job.staging)  # before finish_run's flush: the parts' pages are never written
-        reports.finish_run(args.run_dir, summary)
+        reports.finish_run(run_dir, summary)
     except OSError as exc:  # out of space, a write-back error: say which folder, and what it leaves there
         raise reports.ReportError("run folder %s: its reports could not be written (%s)%s" % (
             args.run_dir, exc, "" if os.path.exists(summary_path) else
             "; it is incomplete (no %s), and gate, merge and --baseline refuse it" % reports.SUMMARY))
-    reports.point_latest(os.path.dirname(os.path.normpath(args.run_dir)), args.run_dir)  # syncfs: summary.json too
+    reports.point_latest(os.path.join(run_dir, ".."), run_id, run_dir)  # syncfs: summary.json too
+    if args.verdict_file:
+        reports.write_verdict(args.verdict_file, args.run_dir, summary)
     sys.stdout.write(reports.json_text(summary) if args.print == "json" else terminal.table(summary) + "\n")
     return reports.EXIT_CODES[summary["verdict"]]
 
@@ -328,6 +356,9 @@ def main(argv=None):
                                             "summary.json's document, for scripts")
         sub.choices[name].add_argument("--inventory", metavar="DIR",
                                        help="inventory folder: report.sarif points at its host_vars/<host>.yml files")
+        sub.choices[name].add_argument("--verdict-file", metavar="FILE", default="",
+                                       help="also write the verdict here, as {\"verdict\", \"reason\", \"run_dir\"} "
+                                            "(mode 0600; `ext4audit run` gives its private file; empty: none)")
         sub.choices[name].add_argument("--jobs", type=int, default=fleet.default_jobs(), metavar="N",
                                        help="worker processes for fleets of %d hosts or more (default: the CPUs "
                                             "this process may use, %d here)" % (fleet.PARALLEL_FROM, fleet.default_jobs()))

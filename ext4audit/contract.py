@@ -167,6 +167,12 @@ class FactsRecord(Struct):
     facts: Optional[Facts] = None
 
 
+class PlayHosts(Struct):
+    """reports/<run>/play-hosts.json: the hosts of the facts play (the role writes it with their
+    records): the report step fails each one that has no valid facts record, so none drops out."""
+    hosts: List[Name]
+
+
 # ------------------------------------------------------------------ probe result and record
 class Replica(Struct):
     """How the probe rebuilt the audited filesystem on scratch."""
@@ -750,6 +756,7 @@ def _literal_values(kind):
 # file name in schemas/ -> model; docs/reports.md links each
 SCHEMAS = {
     "facts-record.json": FactsRecord,
+    "play-hosts.json": PlayHosts,
     "probe-record.json": ProbeRecord,
     "probe-result.json": ProbeResult,
     "probe-plan.json": ProbePlan,

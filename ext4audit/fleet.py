@@ -21,6 +21,7 @@ import concurrent.futures
 import contextlib
 import ctypes
 import glob
+import json
 import multiprocessing
 import os
 import shutil
@@ -28,6 +29,7 @@ import signal
 import tempfile
 
 from . import baseline as baseline_mod, contract, engine, policy as policy_mod, probe, reports, waivers as waivers_mod, writers as writers_mod
+from .parsers import run_folder
 
 FACTS_SCHEMA = contract.FACTS_SCHEMA
 PARALLEL_FROM = 200  # hosts; below this, forking workers costs more than it saves
@@ -36,14 +38,65 @@ SHARDS_PER_WORKER = 16  # small shards even out the workers' loads at the end of
 
 def read_record(path):
     """A facts record, decoded through contract.FactsRecord: a corrupt or foreign file is a clear
-    error (exit 2) naming the file, the host and the field, before anything is written. Facts of
-    another schema, or of a host not audited, are not checked: that host is reported as not audited."""
+    error (exit 2) naming the file, the host and the field. Facts of another schema, or of a host
+    not audited, are not checked: that host is reported as not audited. (The report step itself
+    takes records through load_record, which fails the one host instead.)"""
     record = reports.read_json(path, "facts record")
+    check_record(record, "facts record %s" % path)
+    return record
+
+
+def check_record(record, where):
+    """A facts record decoded through contract.FactsRecord (ContractError); its facts only when it
+    says it was audited with facts of this schema."""
     facts = record.get("facts") if isinstance(record, dict) else None
     audited = isinstance(facts, dict) and facts.get("schema") == FACTS_SCHEMA and record.get("status") == "audited"
-    contract.check(record if audited or facts is None else dict(record, facts=None), contract.FactsRecord,
-                   "facts record %s" % path)
-    return record
+    contract.check(record if audited or facts is None else dict(record, facts=None), contract.FactsRecord, where)
+
+
+def failed_record(host, reason):
+    """The record of a host the report step fails: no facts, the reason."""
+    return {"host": host, "status": "failed", "reason": reason, "groups": None, "policy": None, "facts": None}
+
+
+def load_record(item, owners):
+    """The facts record of one item of the run: a record the step made itself (a dict: a host of
+    the play without a record, see report_hosts), or a record file, read within the bounds of
+    run_folder (size, counts, lengths). A file that cannot be read, breaks a bound or is not of the
+    record's shape fails its host with the reason, and the others are reported: its host is the
+    one its file name belongs to (owners: {file name: host} of the play's hosts), else the one it
+    names. Only a file that names no host is an error of the whole step (ReportError)."""
+    if isinstance(item, dict):
+        return item
+    where = "facts record %s" % os.path.basename(item)
+    owner = owners.get(os.path.basename(item))
+    try:
+        with open(item, "rb") as handle:
+            data = handle.read(run_folder.ANSWER_MAX_BYTES + 1)
+    except OSError as exc:
+        data, problem = None, "%s could not be read: %s" % (where, exc.strerror)
+    record = None
+    if data is not None and len(data) > run_folder.ANSWER_MAX_BYTES:
+        problem = "%s is over %d bytes (run_folder.ANSWER_MAX_BYTES)" % (where, run_folder.ANSWER_MAX_BYTES)
+    elif data is not None:
+        try:
+            record = json.loads(data)
+            problem = run_folder.answer_problem(record)
+            problem = problem and "%s breaks a bound: %s" % (where, problem)
+        except (ValueError, RecursionError) as exc:
+            problem = "%s is not valid JSON: %s" % (where, str(exc)[:200])
+    named = record.get("host") if isinstance(record, dict) else None
+    host = owner or (named if isinstance(named, str) and named else None)
+    if host is None:
+        raise reports.ReportError("%s (%s) names no host: %s" % (where, item, problem or "$.host is missing"))
+    if problem is None and named != host:
+        problem = "%s is the file of host %r but names host %r" % (where, host, named)
+    if problem is None:
+        try:
+            check_record(record, where)
+        except contract.ContractError as exc:
+            problem = str(exc)
+    return failed_record(host, problem) if problem else record
 
 
 def build_host_report(record, catalog, waivers, run_id, now, probes=None, plan=None, fail_on="high"):
@@ -60,7 +113,10 @@ def build_host_report(record, catalog, waivers, run_id, now, probes=None, plan=N
     try:
         policy, skipped = policy_mod.make(record.get("policy"), catalog, "host %s" % host, fail_on)
     except policy_mod.PolicyError as exc:
-        raise reports.ReportError(str(exc))
+        if record.get("policy") is None:  # the step's own default: an error of the step
+            raise reports.ReportError(str(exc))
+        return build_host_report(failed_record(host, "its record's policy is not valid: %s" % exc), catalog, waivers,
+                                 run_id, now, probes, plan, fail_on)
     section = probe.host_section(probes[host], plan) if probes and host in probes else None
     report = {"schema": reports.HOST_SCHEMA, "run_id": run_id, "generated_at": reports.stamp(now),
               "host": host, "groups": record.get("groups") or [], "status": record.get("status", "failed"),
@@ -74,7 +130,11 @@ def build_host_report(record, catalog, waivers, run_id, now, probes=None, plan=N
     if report["status"] == "audited" and (not isinstance(facts, dict) or facts.get("schema") != FACTS_SCHEMA):
         report.update(status="failed", reason="facts from the host are missing or of an unknown schema")
     elif report["status"] == "audited":
-        findings, undetermined, passed = engine.evaluate_host(facts, catalog, skipped, policy["capacity_limits"])
+        try:
+            findings, undetermined, passed = engine.evaluate_host(facts, catalog, skipped, policy["capacity_limits"])
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:  # facts the model let through
+            return build_host_report(failed_record(host, "its facts could not be evaluated (%s: %s)" % (
+                type(exc).__name__, exc)), catalog, waivers, run_id, now, probes, plan, fail_on)
         if probes is not None:
             probe.confirm(findings, section, catalog.by_id)
         # waivers first: a waiver that takes records out of a kernel finding lowers its severity with
@@ -95,7 +155,7 @@ class Job:
     """What every host of a run is reported with: the same for every shard and worker."""
 
     def __init__(self, run_dir, catalog, waivers, base, probes, plan, run_id, now, fail_on, fail_on_new,
-                 hosts, plotted, catalog_path=None, inventory=None, formats=tuple(writers_mod.FORMATS)):
+                 hosts, plotted, catalog_path=None, inventory=None, formats=tuple(writers_mod.FORMATS), play_hosts=None):
         self.run_dir, self.catalog, self.waivers, self.base = run_dir, catalog, waivers, base
         self.probes, self.plan, self.run_id, self.now = probes, plan, run_id, now
         self.fail_on, self.fail_on_new, self.hosts = fail_on, fail_on_new, hosts
@@ -103,6 +163,10 @@ class Job:
         self.formats = formats  # writers.FORMATS names, in that order
         self.staging = None
         self.writers = None  # see _writers
+        # the hosts of the facts play (reports.play_hosts; None: the records' hosts), and the
+        # file name the role gives each one's record (load_record)
+        self.play_hosts = play_hosts
+        self.owners = dict((run_folder.record_name(host), host) for host in play_hosts or ())
 
 
 _JOB = None  # the job of the current report step; worker processes inherit it when they fork
@@ -122,7 +186,7 @@ def run_shard(number, paths, first_index):
     index = open(_index_parts(job).path(number), "wb")
     try:
         for offset, path in enumerate(paths):
-            report = build_host_report(read_record(path), job.catalog, job.waivers, job.run_id, job.now,
+            report = build_host_report(load_record(path, job.owners), job.catalog, job.waivers, job.run_id, job.now,
                                        job.probes, job.plan, job.fail_on)
             part = baseline_mod.compare_host(report, job.base) if job.base else None
             # No temporary name and no fsync per file: the whole folder is new, moves into place
@@ -206,7 +270,7 @@ def report_hosts(job, paths, jobs):
     _writers(job)  # made before the workers fork, they inherit them (0.3 s of set-up per process)
     try:
         if jobs == 1:
-            return _one_report_per_host([d for shard in shards for d in run_shard(*shard)])
+            return _with_missing_hosts(job, _one_report_per_host([d for shard in shards for d in run_shard(*shard)]))
         context = multiprocessing.get_context("fork")
         with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context, initializer=_die_with_parent) as pool:
             futures = [pool.submit(run_shard, *shard) for shard in shards]  # (the workers fork at the first)
@@ -216,7 +280,7 @@ def report_hosts(job, paths, jobs):
                     for (number, _, _), future in zip(shards, futures):
                         digests.extend(future.result())
                         write_back(_hosts_dir(job, number))  # its host reports go to disk while the workers work
-                return _one_report_per_host(digests)
+                return _with_missing_hosts(job, _one_report_per_host(digests))
             except concurrent.futures.process.BrokenProcessPool as exc:
                 raise reports.ReportError("a worker of the report step died (%s): nothing was written" % exc)
             finally:
@@ -224,6 +288,19 @@ def report_hosts(job, paths, jobs):
                     future.cancel()
     finally:
         _JOB = None
+
+
+LAST_SHARD = 99999  # the hosts of the play without a record: after every shard of records
+NO_RECORD = ("no facts record: the play did not save an answer of this host (it did not reach the facts task, or "
+             "stopped before its answer was saved)")
+
+
+def _with_missing_hosts(job, digests):
+    """digests, and after them those of the play's hosts that have no record, each failed with the
+    reason (in this process, as one last shard): a host never drops out of the run."""
+    seen = set(d["host"] for d in digests)
+    missing = [failed_record(host, NO_RECORD) for host in job.play_hosts or () if host not in seen]
+    return digests + run_shard(LAST_SHARD, missing, len(digests)) if missing else digests
 
 
 def _one_report_per_host(digests):

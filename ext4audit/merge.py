@@ -18,11 +18,14 @@ import os
 import shutil
 
 from . import contract, probe, reports
+from .parsers import run_folder
 
 
-def collect(slices):
-    """Check the slices; return {path in the merged folder: source file}. Raises ReportError."""
+def collect(slices, play_hosts=None):
+    """Check the slices; return {path in the merged folder: source file}, and add the hosts of
+    their plays (play-hosts.json) to play_hosts. Raises ReportError."""
     files, owners, plan, plan_slice = {}, {}, None, None
+    play_hosts = [] if play_hosts is None else play_hosts
     for folder in slices:
         if not os.path.isdir(os.path.join(folder, "facts")):
             raise reports.ReportError("slice %s has no facts/ folder: not a run folder of the audit" % folder)
@@ -36,6 +39,9 @@ def collect(slices):
             _claim(owners, ("facts", host), folder)
             recorded.add(host)
             files[os.path.join("facts", os.path.basename(path))] = path
+        slice_hosts = reports.play_hosts(folder) or []
+        play_hosts.extend(slice_hosts)  # slices do not overlap (checked by their records)
+        recorded |= set(slice_hosts)  # a host of the play without a record: reported as failed
         if recorded != set(reported):
             missing, extra = sorted(set(reported) - recorded), sorted(recorded - set(reported))
             raise reports.ReportError("slice %s is incomplete: its summary.json lists %d host(s), facts/ has records "
@@ -81,7 +87,8 @@ def stage(out_dir, slices):
         raise reports.ReportError("%s exists already; merge into a new folder (reports are never overwritten)" % out_dir)
     if not slices:
         raise reports.ReportError("no slice to merge")
-    files = collect(slices)
+    play_hosts = []
+    files = collect(slices, play_hosts)
     os.makedirs(os.path.dirname(os.path.abspath(out_dir)), exist_ok=True)
     os.mkdir(out_dir)  # raises if it appeared meanwhile
     try:
@@ -89,6 +96,8 @@ def stage(out_dir, slices):
             os.mkdir(os.path.join(out_dir, sub))
         for target, source in sorted(files.items()):
             shutil.copyfile(source, os.path.join(out_dir, target))
+        if play_hosts:
+            reports.write_json(os.path.join(out_dir, run_folder.PLAY_HOSTS), {"hosts": play_hosts})
     except BaseException:
         discard(out_dir)
         raise

@@ -19,6 +19,7 @@ import ctypes
 import datetime
 import gc
 import glob
+import hashlib
 import json
 import os
 import queue
@@ -29,6 +30,7 @@ import threading
 import msgspec
 
 from . import SEVERITIES, contract, kernel_records, probe, severity_rank, umask
+from .parsers import run_folder
 
 HOST_SCHEMA = contract.HOST_REPORT_SCHEMA
 SUMMARY_SCHEMA = contract.SUMMARY_SCHEMA
@@ -40,11 +42,19 @@ class ReportError(ValueError):
 
 
 # ------------------------------------------------------------------ file helpers
+NAME_MAX = 200  # bytes of a hosts/ file name before .json; a file name may have 255
+
+
 def safe_name(host):
-    """A file name for an inventory hostname: kept as is when it is plain, escaped otherwise."""
+    """A file name for an inventory hostname: kept as is when it is plain, escaped otherwise; never
+    hidden; past NAME_MAX, cut short and ended by a hash of the whole name (a long host name is
+    still reported, the report holds it whole)."""
     name = re.sub(r"[^A-Za-z0-9._-]", lambda m: "%%%02X" % ord(m.group(0)) if ord(m.group(0)) < 256
                   else "%%u%04X" % ord(m.group(0)), host)
-    return "_" + name if name.startswith(".") or not name else name
+    name = "_" + name if name.startswith(".") or not name else name
+    if len(name) > NAME_MAX:
+        name = "%s~%s" % (name[:NAME_MAX - 17], hashlib.sha1(host.encode("utf-8", "surrogatepass")).hexdigest()[:16])
+    return name
 
 
 # The mode open() gives a new file (the umask read once, at import). mkstemp's 0600 would keep
@@ -219,21 +229,45 @@ def read_complete_run(run_dir, what):
     return summary, statuses
 
 
+def play_hosts(run_dir: str) -> "list[str] | None":
+    """The hosts of the run's facts play (play-hosts.json, written by the role with their records,
+    decoded through contract.PlayHosts), or None for a folder without the list (made by hand, or by
+    an older role)."""
+    path = os.path.join(run_dir, run_folder.PLAY_HOSTS)
+    if not os.path.exists(path):
+        return None
+    return read_json(path, "the play's host list", contract.PlayHosts).hosts
+
+
 def some(names):
     """Names for a message: the first five, quoted."""
     return ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
 
 
-def point_latest(reports_dir, run_dir):
-    """Move reports/latest to run_dir atomically (symlink to a temp name, then rename), once the
-    run's files are on disk: `latest` never points at a run a crash could leave half written."""
+def point_latest(reports_dir: str, name: str, run_dir: str) -> None:
+    """Move reports/latest to the run folder `name` (run_dir) atomically (symlink to a temp name,
+    then rename), once the run's files are on disk: `latest` never points at a run a crash could
+    leave half written."""
     sync_folder(run_dir)
     link = os.path.join(reports_dir, "latest")
     tmp = os.path.join(reports_dir, ".latest-%d" % os.getpid())
     if os.path.lexists(tmp):
         os.unlink(tmp)
-    os.symlink(os.path.relpath(run_dir, reports_dir), tmp)
+    os.symlink(name, tmp)
     os.replace(tmp, link)
+
+
+def write_verdict(path: str, run_dir: str, summary: dict) -> None:
+    """The verdict for `ext4audit run` (--verdict-file): {"verdict", "reason", "run_dir"}, mode 0600,
+    in the private folder it names, written without following a symbolic link. The wrapper exits
+    by this, never by re-reading the run folder."""
+    fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        run_folder.write_file(fd, os.path.basename(path), json.dumps(
+            {"verdict": summary["verdict"], "reason": summary["reason"], "run_dir": os.path.abspath(run_dir)}) + "\n",
+            mode=0o600)
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager

@@ -3,9 +3,11 @@
 ansible-playbook exits 2 when any task failed (the gate's own "Stop unless the verdict is pass"
 too) and 4 when a host was unreachable, so its code cannot tell "the fleet is bad" from "the tool
 broke". This runs it with the same arguments and its output untouched, and gives it a private file
-(the extra variable ext4_audit_exit_file) where the report step names the run folder it gated on.
-The exit code is then the one `ext4audit gate` gives (reports.EXIT_CODES): 0 pass, 1 policy failed,
-2 incomplete; and 2 whenever the playbook did not reach a verdict or Ansible itself failed.
+(the extra variable ext4_audit_exit_file, in a folder only this user can write) where the report
+step itself writes its verdict (`ext4audit report --verdict-file`). The exit code is then the one
+`ext4audit gate` gives (reports.EXIT_CODES): 0 pass, 1 policy failed, 2 incomplete; and 2 whenever
+the playbook did not reach a verdict or Ansible itself failed. The run folder is never read back
+for the verdict: what is there could have changed since the report step wrote it.
 A playbook that gates on nothing (ext4_audit_gate false) exits as ansible-playbook does, 0 or 2.
 
 `make audit` runs it as `python -m ext4audit.run`: the other commands' modules (numpy, the
@@ -30,6 +32,7 @@ RECORD_MAX = 64 * 1024
 # was unreachable. The verdict already counts such hosts (not audited: incomplete, by policy).
 ANSIBLE_FINISHED = (0, 2, 4)
 ERROR = 2  # reports.EXIT_CODES["incomplete"] (tests/unit/test_run.py); reports is imported late
+VERDICT_CODES = {"pass": 0, "fail": 1, "incomplete": ERROR}  # reports.EXIT_CODES (the same test)
 
 
 def ansible_playbook():
@@ -38,9 +41,8 @@ def ansible_playbook():
     return beside if os.access(beside, os.X_OK) else shutil.which("ansible-playbook") or "ansible-playbook"
 
 
-def verdict_code(ansible_rc, exit_file):
-    """The exit code for a finished ansible-playbook run, and why, from the record the report step left."""
-    from . import contract, reports  # pylint: disable=import-outside-toplevel  # see the module's docstring
+def verdict_code(ansible_rc: int, exit_file: str) -> "tuple[int, str | None]":
+    """The exit code for a finished ansible-playbook run, and why, from the verdict the report step wrote."""
     try:
         with open(exit_file, "rb") as handle:
             data = handle.read(RECORD_MAX + 1)
@@ -52,16 +54,9 @@ def verdict_code(ansible_rc, exit_file):
         return ERROR, "ansible-playbook exited %d (an error of Ansible or the playbook)" % ansible_rc
     try:
         record = json.loads(data) if len(data) <= RECORD_MAX else None
-        run_dir = record["run_dir"]
-        if not isinstance(run_dir, str) or not os.path.isabs(run_dir):
-            raise TypeError(run_dir)
+        return VERDICT_CODES[record["verdict"]], None
     except (ValueError, TypeError, KeyError):
-        return ERROR, "the report step's record %s is not {\"run_dir\": absolute path}" % exit_file
-    try:
-        summary = reports.read_complete_run(run_dir, "run folder")[0]
-        return reports.EXIT_CODES[summary["verdict"]], None
-    except (reports.ReportError, contract.ContractError, KeyError, TypeError) as exc:
-        return ERROR, "no verdict: %s" % exc
+        return ERROR, "the report step's record %s has no verdict (pass, fail or incomplete)" % exit_file
 
 
 def main(argv):

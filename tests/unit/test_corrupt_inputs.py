@@ -16,6 +16,7 @@ import pytest
 
 from conftest import ROOT, VENV_BIN
 from ext4audit import cli as cli_mod
+from ext4audit.parsers import run_folder
 from test_probe_controller import PLAN, audited, record, write_probe
 from test_reports import cli, hostile_facts, write_run
 
@@ -96,22 +97,10 @@ BASE_INDEX = "run-1/findings-index.json"
 
 # (id, file to corrupt, how, what the error names)
 REPORT_CASES = [
-    ("facts-truncated", FACTS, truncate, "is not valid JSON"),
-    ("facts-empty", FACTS, replace_with(b""), "is not valid JSON"),
-    ("facts-not-utf8", FACTS, replace_with(b'{"host": "\xff"}'), "is not valid JSON"),
-    ("facts-a-list", FACTS, replace_with(b"[]"), "0.json: $: Expected `object`, got `array`"),
-    ("facts-status", FACTS, edit_json(lambda d: d.update(status="exploded")), "status 'exploded' is not one of"),
-    ("facts-no-host", FACTS, edit_json(lambda d: d.pop("host")), "$: Object missing required field `host`"),
-    ("facts-groups", FACTS, edit_json(lambda d: d.update(groups="web")), "(host 'db-1'): $.groups: Expected `array | null`, got `str`"),
-    ("facts-kernel", FACTS, edit_json(lambda d: d["facts"].pop("kernel")), "$.facts: Object missing required field `kernel`"),
-    ("facts-filesystems", FACTS, edit_json(lambda d: d["facts"].update(filesystems="x")), "$.facts.filesystems: Expected `array`, got `str`"),
-    ("facts-mountpoint", FACTS, edit_json(lambda d: d["facts"]["filesystems"][0].update(mountpoint=7)),
-     "$.facts.filesystems[0].mountpoint: Expected `str`, got `int`"),
-    ("facts-superblock", FACTS, edit_json(lambda d: d["facts"]["filesystems"][0]["superblock"].update(block_size="4k")),
-     "$.facts.filesystems[0].superblock.block_size: Expected `int | null`, got `str`"),
-    ("facts-errors", FACTS, edit_json(lambda d: d["facts"].update(errors=["x"])), "$.facts.errors[0]: Expected `object`, got `str`"),
-    ("facts-lone-surrogate", FACTS, edit_json(lambda d: d["facts"]["filesystems"][0].update(mountpoint="/srv/\udc80")),
-     "has text that is not Unicode"),
+    # a record that names no host, in a folder without the play's host list: no host to fail
+    ("facts-truncated", FACTS, truncate, "names no host: facts record 0.json is not valid JSON"),
+    ("facts-not-utf8", FACTS, replace_with(b'{"host": "\xff"}'), "names no host: facts record 0.json is not valid JSON"),
+    ("facts-a-list", FACTS, replace_with(b"[]"), "names no host"),
     ("probe-truncated", PROBE, truncate, "is not valid JSON"),
     ("probe-schema", PROBE, edit_json(lambda d: d["result"].update(schema="other/v9")), "is not a ext4-fleet-audit/probe"),
     ("plan-truncated", PLAN_FILE, truncate, "is not valid JSON"),
@@ -148,6 +137,59 @@ WAIVER_CASES = [
     ("alias", b"globs: &g ['/data*']\nwaivers:\n  - {rule: EXT4_NOBARRIER, justification: j, approver: a, "
               b"mountpoints: *g, expires: 2027-01-01}\n", "found the alias *g"),
 ]
+
+# A facts record of one host that is corrupt, of the wrong shape or past a bound: that host is failed
+# with the reason (the file and the field), every other host is reported, the verdict is
+# incomplete (exit 2). Before, each stopped the report step for the whole fleet.
+# (id, how, what the host's reason says)
+HOST_CASES = [
+    ("truncated", truncate, "is not valid JSON"),
+    ("empty", replace_with(b""), "is not valid JSON"),
+    ("not-utf8", replace_with(b'{"host": "\xff"}'), "is not valid JSON"),
+    ("a-list", replace_with(b"[]"), "names host None"),
+    ("status", edit_json(lambda d: d.update(status="exploded")), "status 'exploded' is not one of"),
+    ("no-host", edit_json(lambda d: d.pop("host")), "names host None"),
+    ("another-host", edit_json(lambda d: d.update(host="web-2")), "is the file of host 'db-1' but names host 'web-2'"),
+    ("groups", edit_json(lambda d: d.update(groups="web")), "(host 'db-1'): $.groups: Expected `array | null`, got `str`"),
+    ("kernel", edit_json(lambda d: d["facts"].pop("kernel")), "$.facts: Object missing required field `kernel`"),
+    ("filesystems", edit_json(lambda d: d["facts"].update(filesystems="x")), "$.facts.filesystems: Expected `array`, got `str`"),
+    ("mountpoint", edit_json(lambda d: d["facts"]["filesystems"][0].update(mountpoint=7)),
+     "$.facts.filesystems[0].mountpoint: Expected `str`, got `int`"),
+    ("superblock", edit_json(lambda d: d["facts"]["filesystems"][0]["superblock"].update(block_size="4k")),
+     "$.facts.filesystems[0].superblock.block_size: Expected `int | null`, got `str`"),
+    ("superblock-nan", edit_json(lambda d: d["facts"]["filesystems"][0]["superblock"].update(block_count=float("nan"))),
+     "a number that is not finite (nan)"),
+    ("errors", edit_json(lambda d: d["facts"].update(errors=["x"])), "$.facts.errors[0]: Expected `object`, got `str`"),
+    ("lone-surrogate", edit_json(lambda d: d["facts"]["filesystems"][0].update(mountpoint="/srv/\udc80")),
+     "text that is not Unicode"),
+    ("nested", replace_with(b'{"host": "db-1", "x": ' + b"[" * 10000 + b"]" * 10000 + b"}"), "is not valid JSON"),
+    ("policy", edit_json(lambda d: d.update(policy={"fail_on": "sometimes"})), "its record's policy is not valid"),
+    ("too-many-filesystems", edit_json(lambda d: d["facts"].update(filesystems=d["facts"]["filesystems"] * 5000)),
+     "a list of 5000 items (at most 4096)"),
+    ("too-long-string", edit_json(lambda d: d["facts"]["filesystems"][0].update(device="x" * 70000)),
+     "a string of 70000 characters (at most 65536)"),
+]
+
+
+@pytest.mark.parametrize("case", HOST_CASES, ids=[c[0] for c in HOST_CASES])
+def test_a_bad_facts_record_fails_its_host_and_the_others_are_reported(reports_dir, capsys, case):
+    name, change, fragment = case
+    run = reports_dir / "run-2"
+    # as the role writes them: each record named by run_folder.record_name, and the play's host list
+    for number, host in enumerate(("db-1", "web-2")):
+        os.rename(str(run / "facts" / ("%d.json" % number)), str(run / "facts" / run_folder.record_name(host)))
+    (run / run_folder.PLAY_HOSTS).write_text(json.dumps({"hosts": ["db-1", "web-2"]}))
+    rewrite(str(run / "facts" / run_folder.record_name("db-1")), change)
+    rc, out, err = main(capsys, "report", str(run), "--fail-on", "critical")
+    assert rc == 2 and "Traceback" not in err, (out, err)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["verdict"] == "incomplete" and summary["counts"]["hosts"] == 2, summary
+    [failed] = summary["hosts_not_audited"]
+    assert failed["host"] == "db-1" and failed["status"] == "failed", failed
+    assert fragment in failed["reason"], failed["reason"]
+    assert name == "policy" or run_folder.record_name("db-1") in failed["reason"], failed["reason"]  # the file
+    assert json.loads((run / "hosts" / "web-2.json").read_text())["status"] == "audited"
+
 
 GATE_CASES = [
     ("host-truncated", HOST, truncate, "is not valid JSON"),
@@ -225,7 +267,7 @@ def test_a_baseline_that_is_missing_or_cut_short_is_refused(reports_dir, capsys)
 
 def test_a_real_process_exits_2_with_the_error_first(reports_dir):
     rewrite(str(reports_dir / FACTS), truncate)
-    check_refused(reports_dir, ["report", str(reports_dir / "run-2")], "is not valid JSON", run=cli)
+    check_refused(reports_dir, ["report", str(reports_dir / "run-2")], "names no host", run=cli)
 
 
 def test_the_untouched_folders_still_report_and_gate(reports_dir, capsys):

@@ -23,4 +23,4 @@ def test_it_starts_without_the_other_commands_modules():
 
 
 def test_its_error_code_is_incomplete():
-    assert run.ERROR == reports.EXIT_CODES["incomplete"]
+    assert run.ERROR == reports.EXIT_CODES["incomplete"] and run.VERDICT_CODES == reports.EXIT_CODES
