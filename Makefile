@@ -11,7 +11,7 @@ APT_COMMANDS := dumpe2fs debugfs losetup
 APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: schemas collection setup deps vm-deps lint-deps test-deps sarif-multitool cloud-deps audit test lint rules docs role-readmes clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records e2fsprogs-corpus
+.PHONY: schemas collection setup deps vm-deps lint-deps test-deps sarif-multitool ansible-cores cloud-deps audit test lint rules docs role-readmes clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records e2fsprogs-corpus
 setup: deps $(VENV)/.installed
 
 # Debian packages the audit and the tests use; installed only when a tool is missing.
@@ -82,10 +82,23 @@ lint-deps: setup
 # xfsprogs: a real xfs on a loop device, listed as not audited (tests/integration/test_live_usage.py).
 TEST_APT_PACKAGES := chromium chromium-driver prometheus openssh-server sshfs xfsprogs
 TEST_APT_COMMANDS := /usr/bin/chromium /usr/bin/chromedriver /usr/bin/promtool /usr/sbin/sshd sshfs mkfs.xfs
-test-deps: lint-deps sarif-multitool
+test-deps: lint-deps sarif-multitool ansible-cores
 	@for c in $(TEST_APT_COMMANDS); do command -v $$c >/dev/null || missing=1; done; \
 	if [ -n "$$missing" ]; then echo "installing $(TEST_APT_PACKAGES)"; $(APT_GET) update -q && \
 	  $(APT_GET) install -y -q --no-install-recommends $(TEST_APT_PACKAGES); fi
+
+# The older ansible-core releases the collection supports (meta/runtime.yml's requires_ansible; AAP 2.4
+# and 2.5 execution environments ship 2.15 and 2.16), each in a venv of its own under
+# .cache/ansible-core/<version>: tests/integration/test_ansible_cores.py runs the audit with each.
+# The newest is the project's own (requirements.txt).
+ANSIBLE_CORES := 2.15.13 2.16.19
+ansible-cores:
+	@for v in $(ANSIBLE_CORES); do \
+	  test -x .cache/ansible-core/$$v/bin/ansible-playbook && continue; \
+	  echo "installing ansible-core $$v into .cache/ansible-core/$$v"; \
+	  $(PYTHON) -m venv .cache/ansible-core/$$v && \
+	  .cache/ansible-core/$$v/bin/pip install -q --disable-pip-version-check ansible-core==$$v || exit 1; \
+	done
 
 # Microsoft's SARIF Multitool (npm @microsoft/sarif-multitool-linux: a self-contained Linux build)
 # and the SARIF 2.1.0 schema it ships (errata01: suppression.status), in .cache/sarif-multitool:

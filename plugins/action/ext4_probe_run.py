@@ -29,7 +29,11 @@ CODE = {"probe": "ext4_probe.py", "parsers": "ext4_parsers.py"}
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("job", "plan_file"))
-    _supports_async = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Set on the instance: ActionBase.__init__ of ansible-core before 2.19 sets it False there.
+        self._supports_async = True
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)

@@ -37,6 +37,21 @@ from ansible.playbook.task_include import TaskInclude
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 
 PROGRESS_ACTIONS = ("ext4audit.fleet.ext4_probe_progress", "ext4_probe_progress")
+
+
+# A TaskResult's task, host and data: public attributes from ansible-core 2.19 on, private ones
+# (_task, _host, _result) before it (AAP 2.4 and 2.5 execution environments ship 2.15 and 2.16).
+def _task(result):
+    return getattr(result, "task", None) or result._task
+
+
+def _host_of(result):
+    return getattr(result, "host", None) or result._host
+
+
+def _data(result):
+    data = getattr(result, "result", None)
+    return data if data is not None else result._result
 SWEEP = re.compile(r"^sweep (\d+)/(\d+) runs, ([0-9.]+) s$")
 
 
@@ -72,7 +87,7 @@ class CallbackModule(DefaultCallback):
     def _host(self, result, state=None):
         if self._phase is None:
             return
-        entry = self._phase[2].setdefault(result.host.get_name(), [0, "ok", None])
+        entry = self._phase[2].setdefault(_host_of(result).get_name(), [0, "ok", None])
         entry[0] += 1
         entry[2] = time.monotonic()
         if state and entry[1] == "ok":
@@ -90,10 +105,10 @@ class CallbackModule(DefaultCallback):
 
     def _progress(self, result):
         """Print the probe's progress lines this task has not printed yet."""
-        if result.task.action not in PROGRESS_ACTIONS:
+        if _task(result).action not in PROGRESS_ACTIONS:
             return
-        key = (result.host.get_name(), result.task._uuid)
-        lines, printed = result.result.get("lines") or [], self._printed.get(key, 0)
+        key = (_host_of(result).get_name(), _task(result)._uuid)
+        lines, printed = _data(result).get("lines") or [], self._printed.get(key, 0)
         for line in lines[printed:]:
             self._say("  probe %s: %s" % (key[0], probe_line(line)))
         self._printed[key] = max(printed, len(lines))  # a file just removed reads empty: nothing to print again
@@ -136,13 +151,13 @@ class CallbackModule(DefaultCallback):
     def v2_runner_on_ok(self, result):
         if self._full():
             return super(CallbackModule, self).v2_runner_on_ok(result)
-        if isinstance(result.task, TaskInclude):
+        if isinstance(_task(result), TaskInclude):
             return
-        self._host(result, "changed" if result.result.get("changed") else None)
-        self._handle_warnings(result.result)
+        self._host(result, "changed" if _data(result).get("changed") else None)
+        self._handle_warnings(_data(result))
         self._progress(result)
-        if result.task.action in C._ACTION_DEBUG and "msg" in result.result:
-            msg = result.result["msg"]
+        if _task(result).action in C._ACTION_DEBUG and "msg" in _data(result):
+            msg = _data(result)["msg"]
             for line in msg if isinstance(msg, list) else str(msg).splitlines():
                 self._say(str(line))
 
@@ -160,18 +175,18 @@ class CallbackModule(DefaultCallback):
         if self._full():
             return super(CallbackModule, self).v2_runner_on_failed(result, ignore_errors)
         self._host(result, None if ignore_errors else "failed")
-        self._handle_warnings(result.result)  # the error itself is the FAILED line; -v shows its detail
+        self._handle_warnings(_data(result))  # the error itself is the FAILED line; -v shows its detail
         if ignore_errors:
             return
-        self._say("FAILED %s (%s): %s" % (self.host_label(result), result.task.get_name().strip(),
-                                          self._failure_text(result.result)), color=C.COLOR_ERROR)
+        self._say("FAILED %s (%s): %s" % (self.host_label(result), _task(result).get_name().strip(),
+                                          self._failure_text(_data(result))), color=C.COLOR_ERROR)
 
     def v2_runner_on_unreachable(self, result):
         if self._full():
             return super(CallbackModule, self).v2_runner_on_unreachable(result)
         self._host(result, "unreachable")
-        self._say("UNREACHABLE %s (%s): %s" % (self.host_label(result), result.task.get_name().strip(),
-                                               self._failure_text(result.result)), color=C.COLOR_UNREACHABLE)
+        self._say("UNREACHABLE %s (%s): %s" % (self.host_label(result), _task(result).get_name().strip(),
+                                               self._failure_text(_data(result))), color=C.COLOR_UNREACHABLE)
 
     @staticmethod
     def _failure_text(data):
@@ -193,9 +208,9 @@ class CallbackModule(DefaultCallback):
     def v2_runner_item_on_failed(self, result):
         if self._full():
             return super(CallbackModule, self).v2_runner_item_on_failed(result)
-        self._say("FAILED %s (%s, item %s): %s" % (self.host_label(result), result.task.get_name().strip(),
-                                                   self._get_item_label(result.result),
-                                                   self._failure_text(result.result)), color=C.COLOR_ERROR)
+        self._say("FAILED %s (%s, item %s): %s" % (self.host_label(result), _task(result).get_name().strip(),
+                                                   self._get_item_label(_data(result)),
+                                                   self._failure_text(_data(result))), color=C.COLOR_ERROR)
 
     def v2_runner_on_async_poll(self, result):
         if self._full():
