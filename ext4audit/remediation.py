@@ -162,24 +162,27 @@ def read_host_report(run_dir: str, host: str) -> Dict[str, Any]:
 
 def outcome(items: List[Dict[str, Any]], applied: List[Dict[str, Any]], after: Dict[str, Any]) -> List[Dict[str, Any]]:
     """Per planned finding: fixed (the re-audit no longer raises it on a filesystem it saw),
-    pending (with the class and why) or failed (with the reason)."""
+    pending (with the class and why) or failed (with the reason). applied: the registered results
+    of applying them ({item, failed, msg, pending}), matched by rule and mount point."""
     still = set((f["rule"], f.get("mountpoint")) for f in after.get("findings") or [])
     seen = set(fs.get("mountpoint") for fs in after.get("filesystems") or [])
     results = []
-    for item, done in zip(items, applied + [{}] * (len(items) - len(applied))):
+    for item in items:
         key = (item["rule"], item["mountpoint"])
+        done = [a for a in applied if (a.get("item", {}).get("rule"), a.get("item", {}).get("mountpoint")) == key]
+        errors = [a.get("msg") or "failed" for a in done if a.get("failed")]
+        pending = [a["pending"] for a in done if a.get("pending")]
         entry = {"rule": item["rule"], "mountpoint": item["mountpoint"], "class": item["class"]}
-        error = done.get("error")
-        if error:
-            entry.update(status="failed", reason=error)
+        if errors:
+            entry.update(status="failed", reason="; ".join(errors))
         elif key not in still and item["mountpoint"] in seen:
             entry.update(status="fixed", reason=None)
-        elif done.get("pending"):
-            entry.update(status="pending", reason=done["pending"])
-        elif item["class"] in PENDING_REASONS:
+        elif pending:
+            entry.update(status="pending", reason=pending[0])
+        elif item["class"] in PENDING_REASONS and not (item["class"] == "offline" and done):
             entry.update(status="pending", reason=PENDING_REASONS[item["class"]])
         elif item["mountpoint"] not in seen:
-            entry.update(status="pending", reason="the filesystem was not mounted at the re-audit")
+            entry.update(status="pending", reason="applied; the filesystem was not mounted at the re-audit")
         else:
             entry.update(status="failed", reason="applied, but the re-audit still raises the finding")
         results.append(entry)
