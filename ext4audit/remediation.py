@@ -169,7 +169,8 @@ def outcome(items: List[Dict[str, Any]], applied: List[Dict[str, Any]], after: D
     results = []
     for item in items:
         key = (item["rule"], item["mountpoint"])
-        done = [a for a in applied if (a.get("item", {}).get("rule"), a.get("item", {}).get("mountpoint")) == key]
+        done = [a for a in applied if not a.get("skipped")
+                and (a.get("item", {}).get("rule"), a.get("item", {}).get("mountpoint")) == key]
         errors = [a.get("msg") or "failed" for a in done if a.get("failed")]
         pending = [a["pending"] for a in done if a.get("pending")]
         entry = {"rule": item["rule"], "mountpoint": item["mountpoint"], "class": item["class"]}

@@ -13,6 +13,9 @@ from conftest import ansible_playbook, load_json, needs_root, run
 pytestmark = needs_root
 
 PROBE_OFF = ("-e", "chopper_probe_enabled=false")
+# the audit's short callback (ansible.cfg) shows no diffs; Ansible's own does
+SHOW_DIFF = {"ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default", "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+             "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
 
 
 def options_of(device):
@@ -24,7 +27,8 @@ def remediate(tmp_path, fstab, *extra):
     reports = tmp_path / "reports"
     rc, out = ansible_playbook("playbooks/remediate.yml", "-e", "ext4_audit_reports_dir=%s" % reports,
                                "-e", "ext4_audit_fstab_path=%s" % fstab,
-                               "-e", "ext4_audit_waivers_file=%s" % (tmp_path / "waivers.yml"), *(PROBE_OFF + extra))
+                               "-e", "ext4_audit_waivers_file=%s" % (tmp_path / "waivers.yml"), *(PROBE_OFF + extra),
+                               env=SHOW_DIFF)
     return rc, out, reports
 
 
