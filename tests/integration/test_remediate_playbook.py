@@ -113,7 +113,7 @@ def test_offline_fix_from_a_run_folder(loopfs, tmp_path):
     loopfs.mounts.remove(small["mountpoint"])
     rc, out, _ = remediate(tmp_path, str(fstab), "-e", "ext4_remediate_run=%s" % run_dir, "-e", "ext4_audit_run_id=noflag")
     assert re.search(r"EXT4_SMALL_JOURNAL on %s: pending \(offline\)" % re.escape(small["mountpoint"]), out), out
-    assert "4M" in run(["dumpe2fs", "-h", small["device"]]).split("Total journal size:")[1].split("\n")[0]
+    assert "4096k" in run(["dumpe2fs", "-h", small["device"]]).split("Total journal size:")[1].split("\n")[0]
 
     # unmounted, with the flag: the journal gets mke2fs's default size
     rc, out, _ = remediate(tmp_path, str(fstab), "-e", "ext4_remediate_run=%s" % run_dir,
