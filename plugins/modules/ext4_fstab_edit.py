@@ -12,7 +12,7 @@ DOCUMENTATION = r"""
 module: ext4_fstab_edit
 short_description: Add and drop mount options of one fstab entry, then remount if the kernel allows
 description:
-  - Edits the options field of the fstab entry whose mount point is O(mountpoint) as text: the
+  - Edits the options field of the fstab entry whose mount point is O(mountpoint) as text; the
     entry's other options keep their order, the other fields, comments, blank lines and spacing are
     kept byte for byte. Mount points are compared unescaped (C(\040) is a space), so sources by
     device, C(UUID=) or C(LABEL=) all work.
@@ -25,7 +25,7 @@ description:
     folder, and the temporary file never through a symlink.
   - With O(remount), a mounted filesystem is remounted with the added options and the options in
     effect (C(/proc/fs/ext4/DEV/options) and the mount's super options) are read back. A remount the
-    kernel refuses, or accepts without the options taking effect, is reported in C(pending): it takes
+    kernel refuses, or accepts without the options taking effect, is reported in C(pending); it takes
     effect at the next mount. Never reported as applied unless read back.
 options:
   path:
