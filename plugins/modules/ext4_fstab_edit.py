@@ -163,7 +163,7 @@ def edit_text(text, mountpoint, add, drop):
         raise ValueError("no entry for %s" % mountpoint)
     if len(found) > 1:
         raise ValueError("%d entries for %s (lines %s): fix fstab first" % (
-            len(found), mountpoint, ", ".join(str(i + 1) for i, _ in found)))
+            len(found), mountpoint, ", ".join(str(i + 1) for i, _fields in found)))
     index, fields = found[0]
     line = lines[index]
     if len(fields) < 3:
