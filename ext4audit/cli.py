@@ -254,6 +254,44 @@ def cmd_plan(args):
     return 0
 
 
+def cmd_remediate_plan(args):
+    """Print, as JSON, the fixes one host's findings in a run folder get (playbooks/remediate.yml)."""
+    from . import remediation
+    try:
+        data = remediation.load(known_rules=list(catalog_mod.load().by_id))
+        items = remediation.plan_host(remediation.read_host_report(args.run_dir, args.host), data,
+                                      _json_arg(args.rules, list, "--rules"), args.min_severity,
+                                      _json_arg(args.choices, dict, "--choices"))
+    except (remediation.RemediationError, reports.ReportError) as exc:
+        print("ext4audit remediate-plan: %s" % exc, file=sys.stderr)
+        return 2
+    print(json.dumps(items))
+    return 0
+
+
+def cmd_remediate_outcome(args):
+    """Print, as JSON, each planned fix of one host as fixed, pending or failed after the re-audit."""
+    from . import remediation
+    try:
+        after = remediation.read_host_report(args.run_dir, args.host)
+    except reports.ReportError as exc:
+        print("ext4audit remediate-outcome: %s" % exc, file=sys.stderr)
+        return 2
+    print(json.dumps(remediation.outcome(_json_arg(args.plan, list, "--plan"),
+                                         _json_arg(args.applied, list, "--applied"), after)))
+    return 0
+
+
+def _json_arg(text, kind, name):
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise SystemExit("ext4audit: %s: not JSON (%s)" % (name, exc))
+    if not isinstance(value, kind):
+        raise SystemExit("ext4audit: %s: expected a JSON %s" % (name, kind.__name__))
+    return value
+
+
 def _site_rules_option(parser):
     parser.add_argument("--site-rules", action="append", default=[], metavar="DIR",
                         help="a folder of site rule files (*.yml, the catalog's schema); repeatable")
@@ -396,6 +434,19 @@ def main(argv=None):
     p = sub.add_parser("rules", help="print the rule catalog as a Markdown table")
     p.add_argument("--rules-dir", default=catalog_mod.RULES_DIR, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_rules)
+    p = sub.add_parser("remediate-plan", help=cmd_remediate_plan.__doc__)
+    p.add_argument("run_dir")
+    p.add_argument("host")
+    p.add_argument("--rules", default="[]", help="JSON list of rule ids or tags (empty: by --min-severity)")
+    p.add_argument("--min-severity", default="medium", help="lowest severity an empty selection picks")
+    p.add_argument("--choices", default="{}", help="JSON mapping of rule id to the name of a fix choice")
+    p.set_defaults(func=cmd_remediate_plan)
+    p = sub.add_parser("remediate-outcome", help=cmd_remediate_outcome.__doc__)
+    p.add_argument("run_dir", help="the re-audit's run folder")
+    p.add_argument("host")
+    p.add_argument("--plan", required=True, help="JSON: remediate-plan's output for the host")
+    p.add_argument("--applied", default="[]", help="JSON: per planned fix, {error} or {pending} from applying it")
+    p.set_defaults(func=cmd_remediate_outcome)
     p = sub.add_parser("plan", help=cmd_plan.__doc__.splitlines()[0])
     p.add_argument("--seed", type=int, default=probe.DEFAULT_SEED,
                    help="random seed (default: %d, so plans compare across hosts and kernels)" % probe.DEFAULT_SEED)

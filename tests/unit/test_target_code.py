@@ -8,6 +8,8 @@ import sys
 from conftest import ROOT, VENV_BIN
 
 TARGET_FILES = [os.path.join(ROOT, "library", "ext4_facts.py"),
+                os.path.join(ROOT, "plugins", "modules", "ext4_fstab_edit.py"),
+                os.path.join(ROOT, "plugins", "modules", "ext4_tune.py"),
                 os.path.join(ROOT, "plugins", "module_utils", "ext4_parsers.py"),
                 os.path.join(ROOT, "plugins", "module_utils", "kernel_version.py"),
                 os.path.join(ROOT, "roles", "chopper_probe", "files", "ext4_probe.py")]
