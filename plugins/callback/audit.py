@@ -52,6 +52,8 @@ def _host_of(result):
 def _data(result):
     data = getattr(result, "result", None)
     return data if data is not None else result._result
+
+
 SWEEP = re.compile(r"^sweep (\d+)/(\d+) runs, ([0-9.]+) s$")
 
 
