@@ -12,7 +12,7 @@ folder and once per batch of records (before, a `copy` per host cost two). Each 
 to a temporary name, flushed and renamed into place, so a killed run never leaves half a record.
 Names must be plain file names ending in .json; anything else is refused before anything is
 written. exit_file: the private file `ext4audit run` (ext4audit/run.py) gives the playbook, where
-the report step names the run folder it gated on, {"run_dir": path} (mode 0600, written the same
+the report step names the run folder it gated on, {"run_dir": path, "gate": bool} (mode 0600, written the same
 way). Runs under --check as well: it writes the run's reports on the controller, not on a host.
 """
 
@@ -28,7 +28,7 @@ SUBFOLDERS = ("facts", "probe")
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("path", "exit_file") + SUBFOLDERS)
+    _VALID_ARGS = frozenset(("path", "exit_file", "gate") + SUBFOLDERS)
     _supports_check_mode = True
 
     def run(self, tmp=None, task_vars=None):
@@ -46,6 +46,10 @@ class ActionModule(ActionBase):
         exit_file = self._task.args.get("exit_file")
         if exit_file is not None and (not isinstance(exit_file, str) or not os.path.isabs(exit_file)):
             raise AnsibleActionFail("exit_file: expected an absolute path")
+        # gate false: the run reports only; `ext4audit run` then exits as ansible-playbook did
+        gate = self._task.args.get("gate", True)
+        if not isinstance(gate, bool):
+            raise AnsibleActionFail("gate: expected a boolean")
         try:
             for sub in SUBFOLDERS:
                 os.makedirs(os.path.join(folder, sub), mode=0o755, exist_ok=True)
@@ -57,7 +61,7 @@ class ActionModule(ActionBase):
         if exit_file:
             try:
                 _write(os.path.dirname(exit_file), os.path.basename(exit_file),
-                       json.dumps({"run_dir": os.path.abspath(folder)}) + "\n", mode=0o600)
+                       json.dumps({"run_dir": os.path.abspath(folder), "gate": gate}) + "\n", mode=0o600)
             except OSError as exc:
                 raise AnsibleActionFail("exit_file %s: %s" % (exit_file, exc))
         result.update(changed=False, path=folder, written=sum(len(files) for files in batches.values()))

@@ -38,8 +38,14 @@ options:
     description:
       - The private file C(ext4audit run) gives the playbook (the extra variable
         C(ext4_audit_exit_file)); the report step names the run folder it gated on there, as a JSON
-        object with the key C(run_dir), mode 0600, written atomically as the records.
+        object with the keys C(run_dir) and C(gate), mode 0600, written atomically as the records.
     type: path
+  gate:
+    description:
+      - Written into O(exit_file) - false when the run reports only (C(ext4_audit_gate) false):
+        C(ext4audit run) then exits as ansible-playbook did instead of with the verdict's code.
+    type: bool
+    default: true
 extends_documentation_fragment:
   - ext4audit.fleet.common
   - ext4audit.fleet.common.controller
