@@ -8,6 +8,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import sys
 import traceback
 
@@ -193,6 +194,8 @@ def cmd_check(args):
     formats (the playbooks' preflight, before any host is contacted)."""
     catalog = catalog_mod.load(args.rules_dir, args.site_rules)
     waivers = waivers_mod.load(args.waivers, set(catalog.by_id)) if args.waivers else []
+    if args.baseline:  # a corrupt or unfinished baseline stops the run before the audit, not after
+        baseline_mod.load(args.baseline)
     for host, policy in args.policies.items():
         policy_mod.make(policy, catalog, "host %s" % host, DEFAULT_FAIL_ON)
     print("catalog: %d rules (%d from site rule files), %d kernel issues; waivers: %d; policies: %d; report formats: %s"
@@ -251,6 +254,19 @@ def _formats(text):
         return writers.names(text)
     except writers.FormatError as exc:
         raise argparse.ArgumentTypeError(str(exc))
+
+
+# A run id names one folder inside the reports folder: one path component of a safe character set,
+# never a hidden name, . or .., nor the `latest` link's name.
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+
+
+def _run_id(text: str) -> str:
+    if text and (not RUN_ID.match(text) or text == "latest"):
+        raise argparse.ArgumentTypeError(
+            "%r is not a run id: one folder name of letters, digits, '.', '_' and '-' (at most 128, not starting "
+            "with '.', '_' or '-', not latest); it names a folder inside the reports folder" % text)
+    return text
 
 
 def _add_formats(parser):
@@ -355,6 +371,8 @@ def main(argv=None):
                    help="first print the version and check the installed requirements, as ext4audit --version "
                         "(exit 1 when one is wrong), and where plans are cached (the roles' preflight)")
     p.add_argument("--waivers", help="waiver file (YAML); a missing file means none")
+    p.add_argument("--run-id", type=_run_id, default="", help="the run id the playbook was given (empty: none)")
+    p.add_argument("--baseline", default="", help="an earlier run folder to compare with, checked as the report step reads it")
     p.add_argument("--policies", type=_policies, default={}, metavar="JSON",
                    help='hosts\' policies to check: {"HOST": {"fail_on": ..., "rules_select": [...], '
                         '"rules_skip": [...], "severity_overrides": {...}}, ...}')

@@ -12,6 +12,10 @@ file, and any file the C loader fails on, is read by the pure-Python Loader belo
 what it must and words the error (with the offending line's text, which C marks lack).
 """
 
+import errno
+import os
+import stat
+
 import yaml
 
 Error = yaml.YAMLError
@@ -49,10 +53,25 @@ def _plain(handle):
     return True
 
 
+def open_regular(path):
+    """The file at path opened for reading, refused (OSError naming it) unless it is a regular file:
+    a FIFO would block the read until someone writes to it, a device never end. O_NONBLOCK: the
+    open itself does not wait for a FIFO's writer."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _read(path, read):
     """read(stream, Loader=...) (yaml.load or yaml.compose) of the file at path, bytes in (PyYAML
     checks the encoding); the stream's name puts the file into every error's mark."""
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         if _plain(handle):
             handle.seek(0)
             try:

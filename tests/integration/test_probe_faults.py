@@ -17,6 +17,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import random
 import subprocess
 import sys
@@ -231,7 +232,8 @@ def test_scratch_filesystem_full_mid_sweep_stops_with_the_reason(tmp_path, small
     sweep = result["sweep"]
     print("scratch full after %d of %d runs: %s" % (sweep["completed"], sweep["planned"], sweep["errors"]))
     assert result["status"] == "partial", (result["reason"], sweep["errors"], stderr[-1000:])
-    assert result["reason"] == "sweep stopped by scratch full"
+    assert result["reason"] == "sweep stopped by scratch full after %d of 256 runs (%d missing)" % (
+        sweep["completed"], 256 - sweep["completed"])
     assert sweep["stopped_by"] == "scratch full", sweep["errors"]
     assert 1 <= sweep["completed"] < sweep["planned"] == 256
     assert len(sweep["errors"]) == 1 and "no space left on the scratch filesystem" in sweep["errors"][0]
@@ -258,7 +260,11 @@ def test_scratch_full_through_the_playbook_audit_completes_and_reports_it(loopfs
     assert "verdict: pass" in out
     report = load_json(os.path.join(str(reports), "latest", "hosts", "localhost.json"))
     probe = report["probe"]
-    assert probe["status"] == "ran" and probe["reason"] == "sweep stopped by scratch full", probe["reason"]
+    # partial, not ran: what is missing is in the reason, and it confirms nothing
+    assert probe["status"] == "partial", probe["status"]
+    assert re.match(r"sweep stopped by scratch full after \d+ of \d+ runs \(\d+ missing\)$", probe["reason"]), probe["reason"]
+    assert all(finding["confirmation"]["status"] == "not_measured" and "probe partial" in finding["confirmation"]["reason"]
+               for finding in report["findings"] if finding.get("confirmation")), report["findings"]
     assert probe["sweep"]["stopped_by"] == "scratch full"
     assert 1 <= probe["sweep"]["runs_completed"] < probe["sweep"]["runs_planned"]
     assert any("no space left on the scratch filesystem" in e for e in probe["errors"]), probe["errors"]

@@ -1732,7 +1732,10 @@ def run_job(job, progress):
         sweep_done = result["sweep"] is None or result["sweep"]["stopped_by"] is None
         result["status"] = "ok" if sweep_done else "partial"
         if not sweep_done:
-            result["reason"] = "sweep stopped by %s" % result["sweep"]["stopped_by"]
+            sweep_result = result["sweep"]
+            result["reason"] = "sweep stopped by %s after %d of %d runs (%d missing)" % (
+                sweep_result["stopped_by"], sweep_result["completed"], sweep_result["planned"],
+                sweep_result["planned"] - sweep_result["completed"])
     except Refused as exc:
         result.update(status="refused", reason=str(exc))
     except ProbeError as exc:
