@@ -119,6 +119,20 @@ def mount(device, target, options):
            "mount %s with %s" % (device, options or "(no options)"))
 
 
+# sched.h and mount.h: a mount namespace of the probe's own, whose mounts no other namespace sees
+CLONE_NEWNS = 0x00020000
+MS_REC, MS_PRIVATE = 0x4000, 1 << 18
+
+
+def private_mounts():
+    """Move this process into a mount namespace of its own, with every mount private (nothing it
+    mounts propagates back to the host's namespace). When the probe dies, even by SIGKILL, the
+    kernel drops the namespace and unmounts what it mounted there; its loop devices (autoclear)
+    then detach with their last user. Called before any thread is started (unshare needs that)."""
+    _check(_libc.unshare(CLONE_NEWNS), "unshare a private mount namespace")
+    _check(_libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make the probe's mounts private")
+
+
 def umount(target, lazy=False):
     _check(_libc.umount2(target.encode(), MNT_DETACH if lazy else 0), "umount %s" % target)
 
@@ -1711,7 +1725,8 @@ def run_job(job, progress):
                       float(job.get("lock_wait_s", 0)))
     try:
         with scratch:
-            result["released_stale"] = scratch.released
+            result["released_stale"] = scratch.released  # in the host's namespace: a killed older probe's
+            private_mounts()
             mkfs, options, adjustments = replica(job["filesystem"])
             if job.get("mount_options"):  # a named option set to compare, instead of the host's
                 options = [o for o in job["mount_options"] if o.split("=")[0] not in NOT_REPLAYED]
