@@ -53,19 +53,24 @@ def _plain(handle):
     return True
 
 
-def open_regular(path):
-    """The file at path opened for reading, refused (OSError naming it) unless it is a regular file:
-    a FIFO would block the read until someone writes to it, a device never end. O_NONBLOCK: the
-    open itself does not wait for a FIFO's writer."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+def _regular_only(path, flags):
+    """An opener: refused (OSError naming the file) unless it is a regular file: a FIFO would block
+    the read until someone writes to it, a device never end. O_NONBLOCK: the open itself does not
+    wait for a FIFO's writer."""
+    fd = os.open(path, flags | os.O_NONBLOCK)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", path)
         os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+    return fd
+
+
+def open_regular(path):
+    """The file at path opened for reading (its name in every error mark), if a regular file."""
+    return open(path, "rb", opener=_regular_only)  # pylint: disable=consider-using-with  # the caller's with
 
 
 def _read(path, read):

@@ -42,7 +42,7 @@ options:
     type: path
   gate:
     description:
-      - Written into O(exit_file) - false when the run reports only (C(ext4_audit_gate) false):
+      - Written into O(exit_file). False when the run reports only (C(ext4_audit_gate) false), and
         C(ext4audit run) then exits as ansible-playbook did instead of with the verdict's code.
     type: bool
     default: true
