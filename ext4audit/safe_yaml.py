@@ -12,7 +12,6 @@ file, and any file the C loader fails on, is read by the pure-Python Loader belo
 what it must and words the error (with the offending line's text, which C marks lack).
 """
 
-import errno
 import os
 import stat
 
@@ -60,7 +59,7 @@ def _regular_only(path, flags):
     fd = os.open(path, flags | os.O_NONBLOCK)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", path)
+            raise OSError("%s: not a regular file (a FIFO, a device or a folder is refused)" % path)
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)

@@ -6,9 +6,10 @@ import json
 import os
 
 import pytest
-from conftest import ansible_playbook
+from conftest import ROOT, ansible_playbook
 
 HOST_READ = "Read ext4 filesystems, superblocks and kernel"
+ENV = {"PYTHONPATH": ROOT}  # the playbook's ext4audit commands run this checkout's package
 
 
 def bad_files(tmp_path):
@@ -39,16 +40,22 @@ CASES = [
 ]
 
 
+def fill(text, files):
+    for name, path in files.items():
+        text = text.replace("{%s}" % name, path)
+    return text
+
+
 @pytest.mark.parametrize("extra,message", CASES, ids=[" ".join(c[0]) for c in CASES])
 def test_bad_configuration_stops_before_any_host(tmp_path, extra, message):
     files = bad_files(tmp_path)
     reports = tmp_path / "reports"
     args = ["playbooks/audit.yml", "-e", "ext4_audit_reports_dir=%s" % reports]
     for item in extra:
-        args += ["-e", item.format(**files)]
-    rc, out = ansible_playbook(*args)
+        args += ["-e", fill(item, files)]
+    rc, out = ansible_playbook(*args, env=ENV)
     assert rc != 0, out[-4000:]
-    assert message.format(**files) in out, out[-4000:]
+    assert fill(message, files) in out, out[-4000:]
     assert HOST_READ not in out, "a host was contacted: " + out[-4000:]
     assert not os.path.exists(reports / "latest") and not list(reports.glob("*/facts/*.json")) if reports.exists() else True
     assert not (tmp_path / "x").exists()
@@ -60,7 +67,7 @@ def test_rules_dirs_given_as_a_string_is_a_comma_separated_list(tmp_path):
     rules.mkdir()
     (rules / "broken.yml").write_text("rules: [{id: }]\n")
     rc, out = ansible_playbook("playbooks/audit.yml", "-e", "ext4_audit_reports_dir=%s" % (tmp_path / "reports"),
-                               "-e", "ext4_audit_rules_dirs=%s" % rules, "--check")
+                               "-e", "ext4_audit_rules_dirs=%s" % rules, "--check", env=ENV)
     assert rc != 0 and str(rules / "broken.yml") in out, out[-4000:]
     assert HOST_READ not in out
     assert json.dumps("/") not in out  # no '--site-rules=/' from the string's first character
