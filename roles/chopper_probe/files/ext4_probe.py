@@ -128,7 +128,8 @@ def private_mounts():
     """Move this process into a mount namespace of its own, with every mount private (nothing it
     mounts propagates back to the host's namespace). When the probe dies, even by SIGKILL, the
     kernel drops the namespace and unmounts what it mounted there; its loop devices (autoclear)
-    then detach with their last user. Called before any thread is started (unshare needs that)."""
+    then detach with their last user. Called before any thread is started (unshare needs that) and
+    before the scratch directory is opened."""
     _check(_libc.unshare(CLONE_NEWNS), "unshare a private mount namespace")
     _check(_libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make the probe's mounts private")
 
@@ -1724,9 +1725,12 @@ def run_job(job, progress):
     scratch = Scratch(job.get("scratch_dir", "/dev/shm/ext4-audit-probe"), cap, bool(job.get("keep_cache")),
                       float(job.get("lock_wait_s", 0)))
     try:
+        # First: mount(2) refuses a target reached through a descriptor opened in another mount
+        # namespace, so the scratch directory is opened (Scratch) in the private one. What an older
+        # version's killed probe left mounted in the host's namespace is released there by sweep-stale.
+        private_mounts()
         with scratch:
-            result["released_stale"] = scratch.released  # in the host's namespace: a killed older probe's
-            private_mounts()
+            result["released_stale"] = scratch.released
             mkfs, options, adjustments = replica(job["filesystem"])
             if job.get("mount_options"):  # a named option set to compare, instead of the host's
                 options = [o for o in job["mount_options"] if o.split("=")[0] not in NOT_REPLAYED]
