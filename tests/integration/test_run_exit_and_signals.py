@@ -101,10 +101,18 @@ def test_sigterm_ends_the_whole_run(sleeping_run):
     assert wait_for(lambda: not sleepers(), 15), "a process of the run outlived the TERM"
 
 
+def recorded_pid(name):
+    """The pid a private folder records (other runs' folders, of other users or versions, may have none)."""
+    try:
+        with open(os.path.join(tempfile.gettempdir(), name, run_module.PID_FILE)) as handle:
+            return int(handle.read())
+    except (OSError, ValueError):
+        return None
+
+
 def test_sigkill_of_the_wrapper_ends_the_run_and_its_folder_is_swept(sleeping_run):
-    folders = [os.path.join(tempfile.gettempdir(), name) for name in os.listdir(tempfile.gettempdir())
-               if name.startswith(run_module.WORK_PREFIX)]
-    mine = [f for f in folders if open(os.path.join(f, run_module.PID_FILE)).read().strip() == str(sleeping_run.pid)]
+    mine = [os.path.join(tempfile.gettempdir(), name) for name in os.listdir(tempfile.gettempdir())
+            if name.startswith(run_module.WORK_PREFIX) and recorded_pid(name) == sleeping_run.pid]
     assert len(mine) == 1
     sleeping_run.kill()
     sleeping_run.wait()
