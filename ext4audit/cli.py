@@ -8,6 +8,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import sys
 import traceback
 
@@ -115,7 +116,7 @@ def _report(args, run_dir):
             "; it is incomplete (no %s), and gate, merge and --baseline refuse it" % reports.SUMMARY))
     reports.point_latest(os.path.join(run_dir, ".."), run_id, run_dir)  # syncfs: summary.json too
     if args.verdict_file:
-        reports.write_verdict(args.verdict_file, args.run_dir, summary)
+        reports.write_verdict(args.verdict_file, args.run_dir, summary, args.gate)
     sys.stdout.write(reports.json_text(summary) if args.print == "json" else terminal.table(summary) + "\n")
     return reports.EXIT_CODES[summary["verdict"]]
 
@@ -221,6 +222,8 @@ def cmd_check(args):
     formats (the playbooks' preflight, before any host is contacted)."""
     catalog = catalog_mod.load(args.rules_dir, args.site_rules)
     waivers = waivers_mod.load(args.waivers, set(catalog.by_id)) if args.waivers else []
+    if args.baseline:  # a corrupt or unfinished baseline stops the run before the audit, not after
+        baseline_mod.load(args.baseline)
     for host, policy in args.policies.items():
         policy_mod.make(policy, catalog, "host %s" % host, DEFAULT_FAIL_ON)
     print("catalog: %d rules (%d from site rule files), %d kernel issues; waivers: %d; policies: %d; report formats: %s"
@@ -319,6 +322,19 @@ def _formats(text):
         raise argparse.ArgumentTypeError(str(exc))
 
 
+# A run id names one folder inside the reports folder: one path component of a safe character set,
+# never a hidden name, . or .., nor the `latest` link's name.
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+
+
+def _run_id(text: str) -> str:
+    if text and (not RUN_ID.match(text) or text == "latest"):
+        raise argparse.ArgumentTypeError(
+            "%r is not a run id: one folder name of letters, digits, '.', '_' and '-' (at most 128, not starting "
+            "with '.', '_' or '-', not latest); it names a folder inside the reports folder" % text)
+    return text
+
+
 def _add_formats(parser):
     parser.add_argument("--formats", type=_formats, default=list(writers.FORMATS), metavar="LIST",
                         help="report files to write besides summary.json and hosts/: a comma-separated list of %s, "
@@ -395,8 +411,11 @@ def main(argv=None):
         sub.choices[name].add_argument("--inventory", metavar="DIR",
                                        help="inventory folder: report.sarif points at its host_vars/<host>.yml files")
         sub.choices[name].add_argument("--verdict-file", metavar="FILE", default="",
-                                       help="also write the verdict here, as {\"verdict\", \"reason\", \"run_dir\"} "
-                                            "(mode 0600; `ext4audit run` gives its private file; empty: none)")
+                                       help="also write the verdict here, as {\"verdict\", \"reason\", \"run_dir\", "
+                                            "\"gate\"} (mode 0600; `ext4audit run` gives its private file; empty: none)")
+        sub.choices[name].add_argument("--gate", type=_bool, default=True, metavar="BOOL",
+                                       help="written into --verdict-file: false when the run reports only "
+                                            "(ext4_audit_gate false), and `ext4audit run` then exits as ansible-playbook did")
         sub.choices[name].add_argument("--jobs", type=int, default=fleet.default_jobs(), metavar="N",
                                        help="worker processes for fleets of %d hosts or more (default: the CPUs "
                                             "this process may use, %d here)" % (fleet.PARALLEL_FROM, fleet.default_jobs()))
@@ -424,6 +443,8 @@ def main(argv=None):
                    help="first print the version and check the installed requirements, as ext4audit --version "
                         "(exit 1 when one is wrong), and where plans are cached (the roles' preflight)")
     p.add_argument("--waivers", help="waiver file (YAML); a missing file means none")
+    p.add_argument("--run-id", type=_run_id, default="", help="the run id the playbook was given (empty: none)")
+    p.add_argument("--baseline", default="", help="an earlier run folder to compare with, checked as the report step reads it")
     p.add_argument("--policies", type=_policies, default={}, metavar="JSON",
                    help='hosts\' policies to check: {"HOST": {"fail_on": ..., "rules_select": [...], '
                         '"rules_skip": [...], "severity_overrides": {...}, "capacity_limits": {...}}, ...}')

@@ -47,10 +47,11 @@ REMOVED_MOUNT_OPTIONS_SCHEMA = "ext4-fleet-audit/removed-mount-options/v1"
 
 HOST_STATUSES = ("audited", "unreachable", "failed")  # what roles/ext4_audit/tasks/facts.yml writes
 # A host's probe record (roles/chopper_probe/tasks/run.yml sets it from the probe's exit code):
-# ran (ok or partial), skipped (nothing to replicate, check mode), refused (its scratch path is
-# not its own, or another probe runs on the host), failed (an error, a signal, no result),
-# unreachable.
-PROBE_STATUSES = ("ran", "skipped", "refused", "failed", "unreachable")
+# ran (every part done), partial (the sweep stopped early: its reason says by what and how many runs
+# of the plan are missing; it confirms nothing), skipped (nothing to replicate, check mode), refused
+# (its scratch path is not its own, or another probe runs on the host), failed (an error, a signal,
+# no result), unreachable.
+PROBE_STATUSES = ("ran", "partial", "skipped", "refused", "failed", "unreachable")
 VERDICTS = ("pass", "fail", "incomplete")
 RULE_SCOPES = tuple(fact_paths.BY_SCOPE)
 RULE_KINDS = ("data-safety", "performance", "operability")  # what a rule's finding puts at risk

@@ -404,8 +404,8 @@ def check_record(record, where="probe record"):
     """Raise ContractError or ProbeError unless `record` is what the playbook writes to probe/<host>.json:
     contract.ProbeRecord, with a result when the probe ran."""
     contract.check(record, contract.ProbeRecord, where)
-    if record["status"] == "ran" and record.get("result") is None:
-        raise ProbeError("%s (host %r): status is ran but there is no result" % (where, record["host"]))
+    if record["status"] in ("ran", "partial") and record.get("result") is None:
+        raise ProbeError("%s (host %r): status is %s but there is no result" % (where, record["host"], record["status"]))
     allocator = (record.get("result") or {}).get("allocator") or {}
     for number, entry in enumerate(allocator.get("issues") or ()):
         if ALLOCATOR_ISSUES.get(entry["id"]) != entry["name"]:
@@ -449,7 +449,7 @@ def _measurement(section, probe_id, scope, mountpoint):
     """(the probe's measured entry for a finding, None) or (None, why there is none)."""
     if section is None:
         return None, "no probe record for this host"
-    if section["status"] != "ran":
+    if section["status"] != "ran":  # a partial probe confirms nothing: its measurements are not the plan's
         return None, "probe %s: %s" % (section["status"], section["reason"] or "no reason given")
     if scope == "filesystem" and mountpoint != section["mountpoint"]:
         return None, "the probe replicated %s, not this filesystem" % section["mountpoint"]

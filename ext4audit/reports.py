@@ -257,14 +257,15 @@ def point_latest(reports_dir: str, name: str, run_dir: str) -> None:
     os.replace(tmp, link)
 
 
-def write_verdict(path: str, run_dir: str, summary: dict) -> None:
-    """The verdict for `ext4audit run` (--verdict-file): {"verdict", "reason", "run_dir"}, mode 0600,
-    in the private folder it names, written without following a symbolic link. The wrapper exits
-    by this, never by re-reading the run folder."""
+def write_verdict(path: str, run_dir: str, summary: dict, gate: bool = True) -> None:
+    """The verdict for `ext4audit run` (--verdict-file): {"verdict", "reason", "run_dir", "gate"},
+    mode 0600, in the private folder it names, written without following a symbolic link. The wrapper
+    exits by this, never by re-reading the run folder (gate false: as ansible-playbook did)."""
     fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         run_folder.write_file(fd, os.path.basename(path), json.dumps(
-            {"verdict": summary["verdict"], "reason": summary["reason"], "run_dir": os.path.abspath(run_dir)}) + "\n",
+            {"verdict": summary["verdict"], "reason": summary["reason"], "run_dir": os.path.abspath(run_dir),
+             "gate": gate}) + "\n",
             mode=0o600)
     finally:
         os.close(fd)

@@ -12,6 +12,9 @@ file, and any file the C loader fails on, is read by the pure-Python Loader belo
 what it must and words the error (with the offending line's text, which C marks lack).
 """
 
+import os
+import stat
+
 import yaml
 
 Error = yaml.YAMLError
@@ -49,10 +52,30 @@ def _plain(handle):
     return True
 
 
+def _regular_only(path, flags):
+    """An opener: refused (OSError naming the file) unless it is a regular file: a FIFO would block
+    the read until someone writes to it, a device never end. O_NONBLOCK: the open itself does not
+    wait for a FIFO's writer."""
+    fd = os.open(path, flags | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("%s: not a regular file (a FIFO, a device or a folder is refused)" % path)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_regular(path):
+    """The file at path opened for reading (its name in every error mark), if a regular file."""
+    return open(path, "rb", opener=_regular_only)  # pylint: disable=consider-using-with  # the caller's with
+
+
 def _read(path, read):
     """read(stream, Loader=...) (yaml.load or yaml.compose) of the file at path, bytes in (PyYAML
     checks the encoding); the stream's name puts the file into every error's mark."""
-    with open(path, "rb") as handle:
+    with open_regular(path) as handle:
         if _plain(handle):
             handle.seek(0)
             try:

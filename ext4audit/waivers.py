@@ -29,6 +29,7 @@ import datetime
 import fnmatch
 
 import msgspec
+import yaml
 
 from . import contract, kernel_records, reports, safe_yaml
 
@@ -78,10 +79,33 @@ def load(path, known_rules=None):
         doc = safe_yaml.load(path)
     except FileNotFoundError:
         return []
-    # ValueError: a timestamp that is no date (2027-02-30); RecursionError: absurd nesting
-    except (OSError, safe_yaml.Error, ValueError, RecursionError) as exc:
+    except ValueError as exc:  # a timestamp that is no date (2027-13-01): say which waiver and field
+        raise WaiverError(_bad_timestamp(path, exc))
+    # RecursionError: absurd nesting
+    except (OSError, safe_yaml.Error, RecursionError) as exc:
         raise WaiverError("cannot read waiver file %s: %s" % (path, exc))
     return parse(doc, known_rules, source=path)
+
+
+def _bad_timestamp(path: str, exc: ValueError) -> str:
+    """The waiver and field whose YAML timestamp is no date (the loader's error names neither)."""
+    try:
+        root = safe_yaml.compose(path)
+    except (OSError, safe_yaml.Error, ValueError, RecursionError):
+        root = None
+    entries = [value for key, value in getattr(root, "value", []) if isinstance(root, yaml.MappingNode)
+               and getattr(key, "value", None) == "waivers" and isinstance(value, yaml.SequenceNode)]
+    for index, entry in enumerate(entries[0].value if entries else [], 1):
+        fields = entry.value if isinstance(entry, yaml.MappingNode) else []
+        for key, value in fields:
+            if isinstance(value, yaml.ScalarNode) and value.tag == "tag:yaml.org,2002:timestamp":
+                try:
+                    yaml.SafeLoader.construct_yaml_timestamp(yaml.SafeLoader(""), value)
+                except ValueError as why:
+                    rule = dict((k.value, v.value) for k, v in fields if isinstance(v, yaml.ScalarNode)).get("rule")
+                    return "%s: %s is not a date (%s)" % (
+                        _where(path, index, {"rule": rule}), "%s %r" % (key.value, value.value), why)
+    return "cannot read waiver file %s: a date that is no date (%s)" % (path, exc)
 
 
 def _where(source, index, entry):

@@ -118,7 +118,7 @@ WAIVER_CASES = [
     ("truncated", b"waivers:\n  - rule: EXT4_NOBARRIER\n    justification: 'battery", "cannot read waiver file"),
     ("not-utf8", b"waivers:\n  - rule: EXT4_NOBARRIER\n    justification: \xff\xfe\n", "cannot read waiver file"),
     ("no-such-date", b"waivers:\n  - {rule: EXT4_NOBARRIER, justification: j, approver: a, expires: 2027-02-30}\n",
-     "cannot read waiver file"),
+     "waiver #1 (EXT4_NOBARRIER): expires '2027-02-30' is not a date (day is out of range for month)"),
     ("rule-a-list", b"waivers:\n  - {rule: [EXT4_NOBARRIER], justification: j, approver: a, expires: 2027-01-01}\n",
      "rule must be a rule id"),
     ("nested", b"[" * 3000, "cannot read waiver file"),

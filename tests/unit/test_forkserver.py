@@ -155,7 +155,7 @@ def test_broken_requests_are_dropped_and_the_server_goes_on_serving(server):
 
 def test_run_without_a_socket_runs_the_playbook_as_before(tmp_path):
     """A temporary directory too deep for an AF_UNIX path: no server, the playbook's commands start
-    on their own, and the run ends with the playbook's code."""
+    on their own, and the run ends as before: a playbook without a report step reaches no verdict (2)."""
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)
     playbook = tmp_path / "play.yml"
@@ -175,7 +175,8 @@ def test_run_without_a_socket_runs_the_playbook_as_before(tmp_path):
     env.pop(forkserver.ENV, None)
     result = run([PYTHON, "-m", "ext4audit.run", "--", str(playbook), "-i", "localhost,", "-c", "local",
                   "-e", "ansible_python_interpreter=" + PYTHON], env)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 2, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "failed=0" in result.stdout and "no verdict" in result.stderr, result.stdout[-3000:] + result.stderr
     assert forkserver.listen(str(deep)) == (None, None)
 
 

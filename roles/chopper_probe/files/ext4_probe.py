@@ -119,6 +119,21 @@ def mount(device, target, options):
            "mount %s with %s" % (device, options or "(no options)"))
 
 
+# sched.h and mount.h: a mount namespace of the probe's own, whose mounts no other namespace sees
+CLONE_NEWNS = 0x00020000
+MS_REC, MS_PRIVATE = 0x4000, 1 << 18
+
+
+def private_mounts():
+    """Move this process into a mount namespace of its own, with every mount private (nothing it
+    mounts propagates back to the host's namespace). When the probe dies, even by SIGKILL, the
+    kernel drops the namespace and unmounts what it mounted there; its loop devices (autoclear)
+    then detach with their last user. Called before any thread is started (unshare needs that) and
+    before the scratch directory is opened."""
+    _check(_libc.unshare(CLONE_NEWNS), "unshare a private mount namespace")
+    _check(_libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make the probe's mounts private")
+
+
 def umount(target, lazy=False):
     _check(_libc.umount2(target.encode(), MNT_DETACH if lazy else 0), "umount %s" % target)
 
@@ -1710,6 +1725,10 @@ def run_job(job, progress):
     scratch = Scratch(job.get("scratch_dir", "/dev/shm/ext4-audit-probe"), cap, bool(job.get("keep_cache")),
                       float(job.get("lock_wait_s", 0)))
     try:
+        # First: mount(2) refuses a target reached through a descriptor opened in another mount
+        # namespace, so the scratch directory is opened (Scratch) in the private one. What an older
+        # version's killed probe left mounted in the host's namespace is released there by sweep-stale.
+        private_mounts()
         with scratch:
             result["released_stale"] = scratch.released
             mkfs, options, adjustments = replica(job["filesystem"])
@@ -1732,7 +1751,10 @@ def run_job(job, progress):
         sweep_done = result["sweep"] is None or result["sweep"]["stopped_by"] is None
         result["status"] = "ok" if sweep_done else "partial"
         if not sweep_done:
-            result["reason"] = "sweep stopped by %s" % result["sweep"]["stopped_by"]
+            sweep_result = result["sweep"]
+            result["reason"] = "sweep stopped by %s after %d of %d runs (%d missing)" % (
+                sweep_result["stopped_by"], sweep_result["completed"], sweep_result["planned"],
+                sweep_result["planned"] - sweep_result["completed"])
     except Refused as exc:
         result.update(status="refused", reason=str(exc))
     except ProbeError as exc:
