@@ -1,4 +1,4 @@
-"""Command line: `python -m ext4audit {run,report,gate,merge,kernel-gate,check,rules,plan}`.
+"""Command line: `python -m ext4audit {run,report,gate,merge,history,kernel-gate,check,rules,plan}`.
 
 Exit codes (run, report, gate and merge): 0 pass, 1 policy failed, 2 incomplete or could not run.
 A tool error is never a pass. check: 0 valid, 2 not. plan: 0 written, 2 could not.
@@ -12,7 +12,8 @@ import sys
 import traceback
 
 from . import SEVERITIES, severity_rank, catalog as catalog_mod, contract, kernel_gate, kernel_records, probe, reports, waivers as waivers_mod
-from . import baseline as baseline_mod, fleet, html, markdown, merge, policy as policy_mod, run as run_mod, terminal, version, writers
+from . import baseline as baseline_mod, fleet, store as store_mod, html, markdown, merge, policy as policy_mod, run as run_mod, terminal, version, writers
+from .store import commands as store_commands
 
 
 DEFAULT_FAIL_ON = "high"
@@ -88,7 +89,9 @@ def cmd_report(args):
             args.run_dir, exc, "" if os.path.exists(summary_path) else
             "; it is incomplete (no %s), and gate, merge and --baseline refuse it" % reports.SUMMARY))
     reports.point_latest(os.path.dirname(os.path.normpath(args.run_dir)), args.run_dir)  # syncfs: summary.json too
-    sys.stdout.write(reports.json_text(summary) if args.print == "json" else terminal.table(summary) + "\n")
+    since = store_commands.record_report(args, summary)  # the results store: history, first seen
+    sys.stdout.write(reports.json_text(summary) if args.print == "json" else
+                     "".join(line + "\n" for line in since) + terminal.table(summary) + "\n")
     return reports.EXIT_CODES[summary["verdict"]]
 
 
@@ -124,6 +127,10 @@ def _is_stamp(text):
 
 def cmd_gate(args):
     """Re-evaluate a finished run offline: same reports, the policy given now, waivers as of now."""
+    if args.run:
+        return store_commands.cmd_store_gate(args)
+    if not args.run_dir:
+        raise reports.ReportError("gate needs a run folder, or --run ID with --store")
     base = load_baseline(args)
     if base:
         base.check_every_host()
@@ -301,7 +308,8 @@ def main(argv=None):
     for name, func in (("report", cmd_report), ("gate", cmd_gate), ("merge", cmd_merge)):
         p = sub.add_parser(name, help=func.__doc__.splitlines()[0] if func.__doc__ else
                            "evaluate a run folder's facts and write every report")
-        p.add_argument("run_dir", help="reports/<run-id> (gate: reports/latest works too; merge: the new folder)")
+        p.add_argument("run_dir", nargs="?" if name == "gate" else None,
+                       help="reports/<run-id> (gate: reports/latest works too; merge: the new folder)")
         # report: the hosts' policies come with their facts records; gate: as their reports record them
         p.add_argument("--fail-on", choices=SEVERITIES, default=None if name == "gate" else DEFAULT_FAIL_ON,
                        help="lowest unwaived severity that fails the gate: for every host (default: each host's "
@@ -319,9 +327,16 @@ def main(argv=None):
         _site_rules_option(p)
         p.set_defaults(func=func)
     sub.choices["gate"].add_argument("--table", action="store_true", help="print the per-host table too")
+    store_commands.add_store_option(sub.choices["gate"], "with --run: the store to gate from (default: "
+                                    "reports/history.sqlite)")
+    sub.choices["gate"].add_argument("--run", metavar="ID", help="gate the night ID from the store (every slice "
+                                     "that reported), not a run folder")
+    sub.choices["gate"].add_argument("--slices", metavar="NAME,...", help="with --run: the slices expected; one "
+                                     "that did not report makes the night incomplete")
     sub.choices["merge"].add_argument("slices", nargs="+", metavar="SLICE_DIR",
                                       help="run folders of the slices (--limit runs, AWX job slices, other controllers)")
     for name in ("report", "merge"):
+        store_commands.add_report_options(sub.choices[name])
         _add_formats(sub.choices[name])
         sub.choices[name].add_argument("--print", choices=("table", "json"), default="table",
                                        help="what to print: the table of hosts and the verdict line (default), or "
@@ -331,6 +346,7 @@ def main(argv=None):
         sub.choices[name].add_argument("--jobs", type=int, default=fleet.default_jobs(), metavar="N",
                                        help="worker processes for fleets of %d hosts or more (default: the CPUs "
                                             "this process may use, %d here)" % (fleet.PARALLEL_FROM, fleet.default_jobs()))
+    store_commands.add_history_parser(sub)
     p = sub.add_parser("kernel-gate", help=cmd_kernel_gate.__doc__)
     p.add_argument("run_dir", help="the run with the candidate (and, unless --baseline-run, the baseline)")
     p.add_argument("--baseline", required=True, help="inventory name of the baseline host")
@@ -377,7 +393,7 @@ def main(argv=None):
         with reports.no_gc():
             return args.func(args)
     except (contract.ContractError, catalog_mod.CatalogError, waivers_mod.WaiverError, policy_mod.PolicyError, reports.ReportError, probe.ProbeError,
-            kernel_records.RecordsError, kernel_gate.PolicyError, OSError) as exc:
+            kernel_records.RecordsError, kernel_gate.PolicyError, store_mod.StoreError, OSError) as exc:
         print("error: %s" % exc, file=sys.stderr)
         return 2
     except Exception as exc:  # a bug, or input no check caught: exit 2 (could not run), never 1 (policy failed)
