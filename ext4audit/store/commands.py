@@ -107,7 +107,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     question = args.question or "runs"
     with schema.open_store(location(args.store, "reports") or "") as store:
         if question == "runs":
-            result: Any = history.runs(store, args.nights)
+            result: Any = history.runs(store, getattr(args, "nights", 30))  # also `history` alone
         elif question == "timeline":
             result = history.timeline(store, args.host, args.nights)
         elif question == "trend":
