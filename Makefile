@@ -79,8 +79,10 @@ lint-deps: setup
 # monitoring/prometheus/ (Debian ships promtool only in the server's package; where systemd runs,
 # installing it also starts a Prometheus on :9090). openssh-server, sshfs: the tests' SSH hosts and
 # real network mount (not `make audit`: it must not put an SSH server on the machine it audits).
-TEST_APT_PACKAGES := chromium chromium-driver prometheus openssh-server sshfs
-TEST_APT_COMMANDS := /usr/bin/chromium /usr/bin/chromedriver /usr/bin/promtool /usr/sbin/sshd sshfs
+# postgresql: the results store's tests start its server in a throw-away cluster (tests/conftest.py;
+# where systemd runs, installing it also starts Debian's own cluster on :5432).
+TEST_APT_PACKAGES := chromium chromium-driver prometheus openssh-server sshfs postgresql
+TEST_APT_COMMANDS := /usr/bin/chromium /usr/bin/chromedriver /usr/bin/promtool /usr/sbin/sshd sshfs /usr/bin/pg_ctlcluster
 test-deps: lint-deps sarif-multitool
 	@for c in $(TEST_APT_COMMANDS); do command -v $$c >/dev/null || missing=1; done; \
 	if [ -n "$$missing" ]; then echo "installing $(TEST_APT_PACKAGES)"; $(APT_GET) update -q && \

@@ -333,6 +333,8 @@ def main(argv=None):
                                      "that reported), not a run folder")
     sub.choices["gate"].add_argument("--slices", metavar="NAME,...", help="with --run: the slices expected; one "
                                      "that did not report makes the night incomplete")
+    sub.choices["gate"].add_argument("--slice-count", type=int, metavar="N", help="with --run: fewer than N slices "
+                                     "reported makes the night incomplete (AWX: the template's job_slice_count)")
     sub.choices["merge"].add_argument("slices", nargs="+", metavar="SLICE_DIR",
                                       help="run folders of the slices (--limit runs, AWX job slices, other controllers)")
     for name in ("report", "merge"):

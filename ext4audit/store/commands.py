@@ -63,7 +63,7 @@ def cmd_store_gate(args: argparse.Namespace) -> int:
     """gate --store URL --run ID: the whole night from the store, every slice that reported."""
     expect = [name for name in (args.slices or "").split(",") if name]
     with schema.open_store(location(args.store, "reports") or "") as store:
-        verdict, reason, _slices = history.gate(store, args.run, expect)
+        verdict, reason, _slices = history.gate(store, args.run, expect, args.slice_count)
     print("verdict: %s: %s" % (verdict, reason))
     return reports.EXIT_CODES[verdict]
 

@@ -168,9 +168,10 @@ def time_to_fix(store: backends.Store) -> List[dict]:
             for (rule, severity), g in sorted(groups.items())]
 
 
-def gate(store: backends.Store, run_id: str, expect: Sequence[str] = ()) -> Tuple[str, str, List[dict]]:
+def gate(store: backends.Store, run_id: str, expect: Sequence[str] = (),
+         count: Optional[int] = None) -> Tuple[str, str, List[dict]]:
     """The night's verdict from the store: (verdict, reason, its slices). A slice in `expect` that
-    did not report makes it incomplete; so does an incomplete slice."""
+    did not report makes it incomplete; so do fewer than `count` slices, and an incomplete slice."""
     run = store.one("SELECT verdict, reason, complete FROM runs WHERE run_id = ?", (run_id,))
     if run is None:
         raise StoreError("store %s has no run %r: no slice of it reported" % (store.name, run_id))
@@ -181,12 +182,15 @@ def gate(store: backends.Store, run_id: str, expect: Sequence[str] = ()) -> Tupl
     reported = [s["slice"] for s in slices]
     missing = [name for name in expect if name not in reported]
     worst = max(slices, key=lambda s: WORST.get(s["verdict"], 2))
-    verdict = "incomplete" if missing or not all(s["complete"] for s in slices) else worst["verdict"]
+    short = count is not None and len(slices) < count
+    verdict = "incomplete" if missing or short or not all(s["complete"] for s in slices) else worst["verdict"]
     reason = "run %s: %d slice(s) reported (%s), %d host(s), %d audited" % (
         run_id, len(slices), ", ".join(name or "(unnamed)" for name in reported), sum(s["hosts"] for s in slices),
         sum(s["hosts_audited"] for s in slices))
     if missing:
         reason += "; no report from slice(s) %s" % ", ".join(missing)
+    if short:
+        reason += "; %d slice(s) expected" % count
     if WORST.get(worst["verdict"], 2) > 0:
         reason += "; slice %s: %s: %s" % (worst["slice"] or "(unnamed)", worst["verdict"], worst["reason"])
     return verdict, reason, slices

@@ -158,6 +158,8 @@ def test_four_slices_ingest_at_once_and_the_gate_reads_the_night(tmp_path, store
     assert "4 slice(s) reported (s0, s1, s2, s3), 12 host(s), 12 audited" in out and "slice s3: fail" in out
     code, out, _ = cli("gate", "--store", store_url, "--run", "night-1", "--slices", "s0,s1,s2,s3,s4")
     assert code == 2 and "no report from slice(s) s4" in out
+    code, out, _ = cli("gate", "--store", store_url, "--run", "night-1", "--slice-count", "5")
+    assert code == 2 and "4 slice(s) reported" in out and "5 slice(s) expected" in out
     code, out, err = cli("gate", "--store", store_url, "--run", "night-2")
     assert code == 2 and "has no run 'night-2'" in err
 
