@@ -46,9 +46,13 @@ def load_probe(run_dir):
 
 
 def load_baseline(args):
-    """The --baseline run, its summary and folder checked before anything is written (None without one)."""
+    """The --baseline run, its summary and folder checked before anything is written (None without
+    one). fail_on_new without --baseline: the last complete run in the results store."""
+    if args.fail_on_new and not args.baseline and getattr(args, "store", None) != store_mod.OFF:
+        return store_commands.store_baseline(args)
     if args.fail_on_new and not args.baseline:
-        raise reports.ReportError("--fail-on-new true needs --baseline (an earlier run folder): nothing to compare with")
+        raise reports.ReportError("--fail-on-new true needs --baseline (an earlier run folder) or a "
+                                  "results store (--store): nothing to compare with")
     return baseline_mod.load(args.baseline, args.run_dir) if args.baseline else None
 
 
@@ -322,7 +326,8 @@ def main(argv=None):
         p.add_argument("--baseline", metavar="DIR", help="an earlier run folder (or reports/latest) to compare with: "
                        "new, resolved and persisting findings (empty: none)")
         p.add_argument("--fail-on-new", type=_bool, default=False, metavar="BOOL",
-                       help="fail only on findings new since --baseline (default: false)")
+                       help="fail only on findings new since --baseline, or without one since the "
+                       "last complete run in the results store (default: false)")
         p.add_argument("--rules-dir", default=catalog_mod.RULES_DIR, help=argparse.SUPPRESS)
         _site_rules_option(p)
         p.set_defaults(func=func)

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any, Dict, List, Optional
 
-from .. import reports
+from .. import baseline, reports
 from . import DEFAULT_NAME, OFF, StoreError, display, history, ingest, location, schema
 
 SINCE_LINES = 10  # rules named in the report step's "first seen" lines
@@ -158,3 +158,35 @@ def table(question: str, result: Any) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip()]
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
     return "\n".join(lines) + "\n" + ("(none)\n" if not rows else "")
+
+
+class StoreBaseline(baseline.Baseline):
+    """The nightly diff's baseline from the store: the last complete night's hosts and findings
+    (checked when they were recorded), in memory; picklable for the report step's workers."""
+
+    def __init__(self, run_id: str, path: str, statuses: Dict[str, str], findings: Dict[str, dict]) -> None:
+        super().__init__(run_id, path, statuses)
+        self.findings = findings
+
+    def host_findings(self, host: str) -> dict:
+        return {"status": self.statuses[host], "findings": self.findings.get(host, {})}
+
+    def check_every_host(self) -> None:
+        """Nothing to read: the store holds checked rows."""
+
+
+def store_baseline(args: argparse.Namespace) -> Optional[baseline.Baseline]:
+    """fail_on_new without --baseline: new since the last complete run in the store (another run
+    id). A store with none gives an empty baseline: every finding is new (its host was not
+    compared). None without a store (off)."""
+    run_dir = os.path.abspath(args.run_dir) if args.run_dir else os.path.abspath("reports/latest")
+    where = location(args.store, os.path.dirname(os.path.normpath(run_dir)))
+    if where is None:
+        return None
+    run_id = os.path.basename(os.path.normpath(run_dir))
+    with schema.open_store(where) as store:
+        night = history.last_night(store, run_id)
+    name = "store %s" % display(where)
+    if night is None:
+        return StoreBaseline("(none: %s has no earlier complete run)" % name, name, {}, {})
+    return StoreBaseline(night[0], name, night[1], night[2])

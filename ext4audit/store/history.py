@@ -11,7 +11,7 @@ import datetime
 import statistics
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .. import reports
+from .. import reports, severity_rank
 from . import StoreError, backends
 from .ingest import WORST
 
@@ -219,3 +219,22 @@ def _stamp(text: str) -> str:
             continue
         return reports.stamp(moment.replace(hour=23, minute=59, second=59) if end else moment)
     raise StoreError("--since %r: give a date (2026-11-28) or a UTC stamp (2026-11-28T03:00:00Z)" % text)
+
+
+def last_night(store: backends.Store, other_than: str) -> Optional[Tuple[str, Dict[str, str], Dict[str, dict]]]:
+    """The last complete night other than `other_than`, for the nightly diff: (run_id, {host:
+    status}, {host: {identity: severity}}), a finding found twice at its highest severity; None
+    when there is none."""
+    row = store.one("SELECT run_id FROM runs WHERE complete = 1 AND run_id <> ? ORDER BY generated_at DESC, "
+                    "run_id DESC LIMIT 1", (other_than,))
+    if row is None:
+        return None
+    statuses = dict(store.rows("SELECT host, status FROM hosts WHERE run_id = ?", (row[0],)))
+    findings: Dict[str, dict] = {}
+    for host, rule, severity, device, mountpoint in store.rows(
+            "SELECT host, rule, severity, device, mountpoint FROM findings WHERE run_id = ?", (row[0],)):
+        known = findings.setdefault(host, {})
+        key = (host, rule, device, mountpoint)
+        if key not in known or severity_rank(severity) > severity_rank(known[key]):
+            known[key] = severity
+    return row[0], statuses, findings

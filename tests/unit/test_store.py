@@ -239,3 +239,26 @@ def test_the_password_comes_from_the_environment_never_the_url(postgresql, tmp_p
     code, out, err = cli("history", "--store", postgresql["url"], env=dict(env, PGPASSFILE=str(passfile)))
     assert code == 0, err
     assert store_pkg.display("postgresql://u:secret@h/db") == "postgresql://u@h/db"
+
+
+def test_the_nightly_diff_from_the_store_is_the_diff_from_folders(tmp_path):
+    """fail_on_new without --baseline: new since the last complete run in the store; the same
+    answer as --baseline with that run's folder."""
+    errors_continue = facts(options=with_options("nobarrier", "errors=continue"),
+                            queue={"write_cache": "write back", "rotational": 0})
+    night1, _ = reported_run(tmp_path, "night-1", [("db-1", NOBARRIER), ("db-2", NOBARRIER), ("web-1", CLEAN)],
+                             store="")
+    tonight = [("db-1", errors_continue), ("db-2", CLEAN), ("web-1", NOBARRIER), ("new-1", NOBARRIER)]
+    by_folder, _ = reported_run(tmp_path / "folders", "night-2", tonight)
+    code_folder, _, _ = cli("report", by_folder, "--baseline", night1, "--fail-on-new", "true", "--store", "off",
+                            "--formats", "markdown")
+    by_store, _ = reported_run(tmp_path, "night-2", tonight, store="off")
+    code_store, out, err = cli("report", by_store, "--fail-on-new", "true", "--formats", "markdown")
+    assert code_store == code_folder == 1, err
+    diffs = []
+    for folder in (by_folder, by_store):
+        with open(os.path.join(folder, "summary.json")) as handle:
+            summary = json.load(handle)
+        diffs.append((summary["verdict"], {k: v for k, v in summary["baseline"].items() if k != "path"}))
+    assert diffs[0] == diffs[1]
+    assert diffs[1][1]["run_id"] == "night-1" and diffs[1][1]["new"] and diffs[1][1]["resolved"]
