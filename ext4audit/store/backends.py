@@ -32,6 +32,11 @@ class Store:
     def executemany(self, text: str, rows: Iterable[Sequence]) -> None:
         self.connection.cursor().executemany(self.sql(text), rows)
 
+    def insert(self, table: str, columns: Sequence[str], rows: Iterable[Sequence]) -> None:
+        """Many rows into a table (bulk: a night of a large fleet is millions of findings)."""
+        self.executemany("INSERT INTO %s (%s) VALUES (%s)" % (table, ", ".join(columns), ", ".join("?" * len(columns))),
+                         rows)
+
     def rows(self, text: str, params: Sequence = ()) -> List[tuple]:
         return list(self.execute(text, params).fetchall())
 
@@ -78,6 +83,12 @@ class PostgresStore(Store):
     def transaction(self) -> Iterator["Store"]:
         with self.connection.transaction():
             yield self
+
+    def insert(self, table: str, columns: Sequence[str], rows: Iterable[Sequence]) -> None:
+        """COPY: one stream instead of a statement a row (ten times faster for a large fleet)."""
+        with self.connection.cursor().copy("COPY %s (%s) FROM STDIN" % (table, ", ".join(columns))) as copy:
+            for row in rows:
+                copy.write_row(row)
 
     def lock_run(self, run_id: str) -> None:
         self.execute("SELECT run_id FROM runs WHERE run_id = ? FOR UPDATE", (run_id,))

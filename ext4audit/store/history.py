@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .. import reports, severity_rank
 from . import StoreError, backends
-from .ingest import WORST
+from .ingest import SLICE_TABLES, WORST
 
 DEFAULT_KEEP_DAYS = 400  # a year of nights and a month to compare a year ago with
 Identity = Tuple[str, str, Optional[str], Optional[str]]
@@ -64,10 +64,11 @@ def trend(store: backends.Store, rule: Optional[str] = None, limit: int = 30) ->
     if not order:
         return []
     ids = [n[0] for n in order]
-    params: list = list(ids) + ([rule] if rule else [])
-    rows = store.rows("SELECT run_id, SUM(1 - waived), COUNT(DISTINCT CASE WHEN waived = 0 THEN host END), SUM(waived) "
-                      "FROM findings WHERE run_id IN (%s)%s GROUP BY run_id" % (
-                          ", ".join("?" * len(ids)), " AND rule = ?" if rule else ""), params)
+    # rule_counts: counted at ingest; hosts with a finding of any rule are the hosts rows' own counts
+    rows = store.rows("SELECT run_id, SUM(findings), SUM(hosts), SUM(waived) FROM rule_counts WHERE run_id IN (%s) "
+                      "AND rule = ? GROUP BY run_id" % ", ".join("?" * len(ids)), ids + [rule]) if rule else store.rows(
+        "SELECT run_id, SUM(findings), SUM(CASE WHEN findings > 0 THEN 1 ELSE 0 END), SUM(waived) FROM hosts "
+        "WHERE run_id IN (%s) GROUP BY run_id" % ", ".join("?" * len(ids)), ids)
     counts = dict((r[0], r[1:]) for r in rows)
     audited = dict(store.rows("SELECT run_id, hosts_audited FROM runs WHERE run_id IN (%s)" % ", ".join("?" * len(ids)),
                               ids))
@@ -205,7 +206,7 @@ def prune(store: backends.Store, keep_days: int, now: Optional[datetime.datetime
         old = [r[0] for r in store.rows("SELECT run_id FROM runs WHERE COALESCE(generated_at, ingested_at) < ?",
                                         (cutoff,))]
         for run_id in old:
-            for table in ("findings", "hosts", "kernel_groups", "slices", "runs"):
+            for table in SLICE_TABLES + ("runs",):
                 store.execute("DELETE FROM %s WHERE run_id = ?" % table, (run_id,))
     return len(old)
 

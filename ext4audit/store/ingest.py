@@ -17,10 +17,14 @@ import msgspec
 from .. import contract, reports, severity_rank
 from . import backends
 
+SLICE_TABLES = ("findings", "hosts", "kernel_groups", "rule_counts", "slices")  # a slice's rows, slices last
 WORST = {"incomplete": 2, "fail": 1, "pass": 0}  # a night is as bad as its worst slice
 _HOST = msgspec.json.Decoder(contract.HostReport)
 _EVIDENCE = msgspec.json.Encoder(order="sorted")
-BATCH = 5000  # rows per executemany
+HOST_COLUMNS = ("run_id", "slice", "host", "status", "reason", "kernel", "kernel_upstream", "kernel_vendor",
+                "groups_json", "fail_on", "findings", "failing", "waived")
+FINDING_COLUMNS = ("run_id", "slice", "host", "rule", "severity", "device", "mountpoint", "waived", "waiver",
+                   "evidence_key")
 
 
 def _run_files(run_dir: str) -> List[str]:
@@ -87,7 +91,7 @@ def ingest(store: backends.Store, run_dir: str, slice_name: str = "", run_id: Op
         known = store.one("SELECT content_hash FROM slices WHERE run_id = ? AND slice = ?", (run_id, slice_name))
         if known and known[0] == run["hash"]:
             return {"run_id": run_id, "slice": slice_name, "changed": False}
-        for table in ("findings", "hosts", "kernel_groups", "slices"):
+        for table in SLICE_TABLES:
             store.execute("DELETE FROM %s WHERE run_id = ? AND slice = ?" % table, (run_id, slice_name))
         _insert_slice(store, run_id, slice_name, run, now)
         _update_run(store, run_id, scope, now)
@@ -104,18 +108,20 @@ def _insert_slice(store: backends.Store, run_id: str, slice_name: str, run: dict
     store.execute("INSERT INTO slices VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)", (
         run_id, slice_name, summary["generated_at"], now, summary["verdict"], summary["reason"], counts["hosts"],
         counts["hosts_audited"], sum(counts["by_severity"].values()), counts["waived"], run["hash"]))
-    host_rows, finding_rows = [], []
+    rules: Dict[str, list] = {}  # rule: [unwaived, hosts with one, waived]
     for row, findings in run["hosts"]:
-        host_rows.append((run_id, slice_name) + row)
-        finding_rows.extend((run_id, slice_name, row[0]) + f for f in findings)
-    for start in range(0, len(host_rows), BATCH):
-        store.executemany("INSERT INTO hosts (run_id, slice, host, status, reason, kernel, kernel_upstream, "
-                          "kernel_vendor, groups_json, fail_on, findings, failing, waived) "
-                          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", host_rows[start:start + BATCH])
-    for start in range(0, len(finding_rows), BATCH):
-        store.executemany("INSERT INTO findings (run_id, slice, host, rule, severity, device, mountpoint, waived, "
-                          "waiver, evidence_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                          finding_rows[start:start + BATCH])
+        seen = set()
+        for finding in findings:
+            counts = rules.setdefault(finding[0], [0, 0, 0])
+            counts[2 if finding[4] else 0] += 1
+            if not finding[4] and finding[0] not in seen:
+                seen.add(finding[0])
+                counts[1] += 1
+    store.insert("hosts", HOST_COLUMNS, ((run_id, slice_name) + row for row, _ in run["hosts"]))
+    store.insert("findings", FINDING_COLUMNS, ((run_id, slice_name, row[0]) + f
+                                               for row, findings in run["hosts"] for f in findings))
+    store.insert("rule_counts", ("run_id", "slice", "rule", "findings", "hosts", "waived"),
+                 ((run_id, slice_name, rule) + tuple(counts) for rule, counts in sorted(rules.items())))
     store.executemany("INSERT INTO kernel_groups VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [
         (run_id, slice_name, g.get("kernel"), g.get("upstream"), g["rule"], g["severity"], g.get("action"),
          g["hosts"]) for g in run["kernel_groups"]])

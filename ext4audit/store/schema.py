@@ -86,6 +86,18 @@ MIGRATIONS: List[List[str]] = [
             action TEXT,
             hosts INTEGER NOT NULL)""",
         "CREATE INDEX kernel_groups_run ON kernel_groups (run_id, slice)",
+        # a night's findings by rule, counted at ingest: a fleet's trend reads 30 rows a rule, not
+        # 30 nights of findings (bench/README.md)
+        """CREATE TABLE rule_counts (
+            run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+            slice TEXT NOT NULL,
+            rule TEXT NOT NULL,
+            findings INTEGER NOT NULL,    -- unwaived
+            hosts INTEGER NOT NULL,       -- with an unwaived one
+            waived INTEGER NOT NULL,
+            PRIMARY KEY (run_id, slice, rule))""",
+        """INSERT INTO rule_counts SELECT run_id, slice, rule, SUM(1 - waived),
+            COUNT(DISTINCT CASE WHEN waived = 0 THEN host END), SUM(waived) FROM findings GROUP BY run_id, slice, rule""",
         "CREATE INDEX runs_time ON runs (generated_at)",
         "CREATE INDEX findings_rule ON findings (rule, run_id)",
         "CREATE INDEX findings_host ON findings (host, run_id)",
