@@ -4,6 +4,7 @@ slices of one night at once, the migration from schema version 1, and the histor
 scripted sequence of nights."""
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -263,3 +264,35 @@ def test_the_nightly_diff_from_the_store_is_the_diff_from_folders(tmp_path):
         diffs.append((summary["verdict"], {k: v for k, v in summary["baseline"].items() if k != "path"}))
     assert diffs[0] == diffs[1]
     assert diffs[1][1]["run_id"] == "night-1" and diffs[1][1]["new"] and diffs[1][1]["resolved"]
+
+
+HISTORY_DASHBOARD = os.path.join(ROOT, "monitoring", "grafana", "ext4-audit-history.json")
+
+
+def test_the_grafana_history_panels_answer_from_a_real_postgresql_store(tmp_path, postgresql):
+    """Each panel's SQL, its $__timeFilter macro as Grafana expands it, run on a store of two nights."""
+    os.environ["PGPASSWORD"] = postgresql["password"]
+    import psycopg  # pylint: disable=import-outside-toplevel
+    url = postgresql["url"].rsplit("/", 1)[0] + "/grafana_%d" % os.getpid()
+    with psycopg.connect(postgresql["url"], autocommit=True) as admin:
+        admin.execute("DROP DATABASE IF EXISTS grafana_%d" % os.getpid())
+        admin.execute("CREATE DATABASE grafana_%d" % os.getpid())
+    with schema.open_store(url) as store:
+        for number, night in enumerate(NIGHTS[:2], 1):
+            ingest.ingest(store, reported_run(tmp_path, "night-%d" % number, [("db-1", NOBARRIER)], night=night)[0])
+    with open(HISTORY_DASHBOARD) as handle:
+        dashboard = json.load(handle)
+    assert dashboard["templating"]["list"][0]["query"] == "grafana-postgresql-datasource"
+    with psycopg.connect(url) as connection:
+        for panel in dashboard["panels"]:
+            assert panel["datasource"]["type"] == "grafana-postgresql-datasource"
+            sql = re.sub(r"\$__timeFilter\((.*?::timestamptz)\)", r"\1 BETWEEN '2026-10-01' AND '2026-12-01'",
+                         panel["targets"][0]["rawSql"])
+            rows = connection.execute(sql).fetchall()
+            assert rows, panel["title"]
+            if panel["targets"][0]["format"] == "time_series":
+                assert all(row[0].year == 2026 for row in rows), panel["title"]
+        oldest = connection.execute(re.sub(r"\$__timeFilter\(.*?::timestamptz\)", "TRUE",
+                                           dashboard["panels"][3]["targets"][0]["rawSql"])).fetchall()
+        assert ("EXT4_NOBARRIER", "high", 1) == oldest[[r[0] for r in oldest].index("EXT4_NOBARRIER")][:3]
+        assert oldest[[r[0] for r in oldest].index("EXT4_NOBARRIER")][3].isoformat().startswith("2026-11-01T03:00")
