@@ -72,11 +72,12 @@ def grow(store, nights, hosts):
         with store.transaction():
             store.execute("INSERT INTO runs (run_id, generated_at, ingested_at, fail_on, fail_on_new, "
                           "unreachable_is_incomplete, verdict, reason, complete, hosts, hosts_audited, findings, waived, "
-                          "content_hash, scope) SELECT ?, ?, ingested_at, fail_on, fail_on_new, unreachable_is_incomplete, "
-                          "verdict, reason, complete, hosts, hosts_audited, findings, waived, content_hash, scope FROM runs "
+                          "content_hash, scope, hosts_with_findings) SELECT ?, ?, ingested_at, fail_on, fail_on_new, "
+                          "unreachable_is_incomplete, verdict, reason, complete, hosts, hosts_audited, findings, waived, "
+                          "content_hash, scope, hosts_with_findings FROM runs "
                           "WHERE run_id = 'night-00'", (run_id, at))
             store.execute("INSERT INTO slices SELECT ?, slice, ?, ingested_at, verdict, reason, complete, hosts, "
-                          "hosts_audited, findings, waived, content_hash FROM slices WHERE run_id = 'night-00'",
+                          "hosts_audited, findings, waived, content_hash, hosts_with_findings FROM slices WHERE run_id = 'night-00'",
                           (run_id, at))
             store.execute("INSERT INTO hosts SELECT ?, host, status, reason, kernel, kernel_upstream, kernel_vendor, "
                           "groups_json, fail_on, findings, failing, waived, slice FROM hosts WHERE run_id = 'night-00'",

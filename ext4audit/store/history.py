@@ -64,11 +64,11 @@ def trend(store: backends.Store, rule: Optional[str] = None, limit: int = 30) ->
     if not order:
         return []
     ids = [n[0] for n in order]
-    # rule_counts: counted at ingest; hosts with a finding of any rule are the hosts rows' own counts
+    # counted at ingest: a rule's in rule_counts, the fleet's in runs (30 rows, not 30 nights of findings)
     rows = store.rows("SELECT run_id, SUM(findings), SUM(hosts), SUM(waived) FROM rule_counts WHERE run_id IN (%s) "
                       "AND rule = ? GROUP BY run_id" % ", ".join("?" * len(ids)), ids + [rule]) if rule else store.rows(
-        "SELECT run_id, SUM(findings), SUM(CASE WHEN findings > 0 THEN 1 ELSE 0 END), SUM(waived) FROM hosts "
-        "WHERE run_id IN (%s) GROUP BY run_id" % ", ".join("?" * len(ids)), ids)
+        "SELECT run_id, findings, hosts_with_findings, waived FROM runs WHERE run_id IN (%s)" % ", ".join("?" * len(ids)),
+        ids)
     counts = dict((r[0], r[1:]) for r in rows)
     audited = dict(store.rows("SELECT run_id, hosts_audited FROM runs WHERE run_id IN (%s)" % ", ".join("?" * len(ids)),
                               ids))

@@ -101,13 +101,14 @@ def ingest(store: backends.Store, run_dir: str, slice_name: str = "", run_id: Op
 def _insert_slice(store: backends.Store, run_id: str, slice_name: str, run: dict, now: str) -> None:
     summary = run["summary"]
     if summary is None:
-        store.execute("INSERT INTO slices VALUES (?, ?, NULL, ?, 'incomplete', ?, 0, 0, 0, 0, 0, ?)",
+        store.execute("INSERT INTO slices VALUES (?, ?, NULL, ?, 'incomplete', ?, 0, 0, 0, 0, 0, ?, 0)",
                       (run_id, slice_name, now, "the report step did not finish (no summary.json)", run["hash"]))
         return
     counts = summary["counts"]
-    store.execute("INSERT INTO slices VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)", (
+    store.execute("INSERT INTO slices VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)", (
         run_id, slice_name, summary["generated_at"], now, summary["verdict"], summary["reason"], counts["hosts"],
-        counts["hosts_audited"], sum(counts["by_severity"].values()), counts["waived"], run["hash"]))
+        counts["hosts_audited"], sum(counts["by_severity"].values()), counts["waived"], run["hash"],
+        sum(row[HOST_COLUMNS.index("findings") - 2] > 0 for row, _ in run["hosts"])))
     rules: Dict[str, list] = {}  # rule: [unwaived, hosts with one, waived]
     for row, findings in run["hosts"]:
         seen = set()
@@ -133,14 +134,15 @@ def _insert_slice(store: backends.Store, run_id: str, slice_name: str, run: dict
 def _update_run(store: backends.Store, run_id: str, scope: str, now: str) -> None:
     """The night from its slices: the worst verdict, the sums, complete only when every slice is."""
     slices = store.rows("SELECT slice, generated_at, verdict, reason, complete, hosts, hosts_audited, findings, "
-                        "waived, content_hash FROM slices WHERE run_id = ? ORDER BY slice", (run_id,))
+                        "waived, content_hash, hosts_with_findings FROM slices WHERE run_id = ? ORDER BY slice", (run_id,))
     worst = max(slices, key=lambda s: WORST.get(s[2], 2))
     reason = worst[3] if len(slices) == 1 else "%d slice(s); worst %s: %s" % (
         len(slices), worst[0] or "(unnamed)", worst[3])
     store.execute("UPDATE runs SET generated_at = ?, ingested_at = ?, verdict = ?, reason = ?, complete = ?, "
-                  "hosts = ?, hosts_audited = ?, findings = ?, waived = ?, content_hash = ?, scope = ? "
+                  "hosts = ?, hosts_audited = ?, findings = ?, waived = ?, content_hash = ?, scope = ?, hosts_with_findings = ? "
                   "WHERE run_id = ?", (
                       max((s[1] for s in slices if s[1]), default=None), now, worst[2], reason,
                       int(all(s[4] for s in slices)), sum(s[5] for s in slices), sum(s[6] for s in slices),
                       sum(s[7] for s in slices), sum(s[8] for s in slices),
-                      hashlib.sha256("".join(s[9] for s in slices).encode()).hexdigest(), scope, run_id))
+                      hashlib.sha256("".join(s[9] for s in slices).encode()).hexdigest(), scope,
+                      sum(s[10] for s in slices), run_id))

@@ -70,10 +70,14 @@ MIGRATIONS: List[List[str]] = [
             findings INTEGER NOT NULL,
             waived INTEGER NOT NULL,
             content_hash TEXT NOT NULL,
+            hosts_with_findings INTEGER NOT NULL,  -- unwaived ones: the fleet's trend reads runs alone
             PRIMARY KEY (run_id, slice))""",
+        "ALTER TABLE runs ADD COLUMN hosts_with_findings INTEGER NOT NULL DEFAULT 0",
+        """UPDATE runs SET hosts_with_findings = (SELECT COUNT(*) FROM hosts h WHERE h.run_id = runs.run_id
+            AND h.findings > 0)""",
         # a version-1 run was one whole slice
         """INSERT INTO slices SELECT run_id, '', generated_at, ingested_at, verdict, reason, complete, hosts,
-            hosts_audited, findings, waived, content_hash FROM runs""",
+            hosts_audited, findings, waived, content_hash, hosts_with_findings FROM runs""",
         "ALTER TABLE hosts ADD COLUMN slice TEXT NOT NULL DEFAULT ''",
         "ALTER TABLE findings ADD COLUMN slice TEXT NOT NULL DEFAULT ''",
         """CREATE TABLE kernel_groups (

@@ -192,6 +192,7 @@ def test_migration_from_the_first_schema_version(tmp_path, store_url):
         assert schema.version_of(store) == schema.VERSION == 2
         assert history.gate(store, "old")[0] == "fail"
         assert [t["findings"] for t in history.trend(store, "EXT4_NOBARRIER")] == [1]  # counted by the migration
+        assert [(t["findings"], t["hosts"]) for t in history.trend(store)] == [(1, 1)]
         night, _ = reported_run(tmp_path, "new", [("db-1", NOBARRIER)], night="2026-10-02T03:00:00Z")
         ingest.ingest(store, night)
         assert [e["first_seen"] for e in history.episodes(store, "db-1", "EXT4_NOBARRIER")] == ["2026-10-01T03:00:00Z"]
