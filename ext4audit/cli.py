@@ -1,4 +1,4 @@
-"""Command line: `python -m ext4audit {run,report,gate,merge,kernel-gate,check,rules,plan}`.
+"""Command line: `python -m ext4audit {run,report,gate,merge,history,kernel-gate,check,rules,plan}`.
 
 Exit codes (run, report, gate and merge): 0 pass, 1 policy failed, 2 incomplete or could not run.
 A tool error is never a pass. check: 0 valid, 2 not. plan: 0 written, 2 could not.
@@ -13,8 +13,9 @@ import sys
 import traceback
 
 from . import SEVERITIES, severity_rank, catalog as catalog_mod, contract, kernel_gate, kernel_records, probe, reports, waivers as waivers_mod
-from . import baseline as baseline_mod, fleet, html, markdown, merge, policy as policy_mod, run as run_mod, terminal, version, writers
+from . import baseline as baseline_mod, fleet, store as store_mod, html, markdown, merge, policy as policy_mod, run as run_mod, terminal, version, writers
 from .parsers import run_folder
+from .store import commands as store_commands
 
 
 DEFAULT_FAIL_ON = "high"
@@ -47,9 +48,13 @@ def load_probe(run_dir):
 
 
 def load_baseline(args):
-    """The --baseline run, its summary and folder checked before anything is written (None without one)."""
+    """The --baseline run, its summary and folder checked before anything is written (None without
+    one). fail_on_new without --baseline: the last complete run in the results store."""
+    if args.fail_on_new and not args.baseline and getattr(args, "store", None) != store_mod.OFF:
+        return store_commands.store_baseline(args)
     if args.fail_on_new and not args.baseline:
-        raise reports.ReportError("--fail-on-new true needs --baseline (an earlier run folder): nothing to compare with")
+        raise reports.ReportError("--fail-on-new true needs --baseline (an earlier run folder) or a "
+                                  "results store (--store): nothing to compare with")
     return baseline_mod.load(args.baseline, args.run_dir) if args.baseline else None
 
 
@@ -115,9 +120,11 @@ def _report(args, run_dir):
             args.run_dir, exc, "" if os.path.exists(summary_path) else
             "; it is incomplete (no %s), and gate, merge and --baseline refuse it" % reports.SUMMARY))
     reports.point_latest(os.path.join(run_dir, ".."), run_id, run_dir)  # syncfs: summary.json too
+    since = store_commands.record_report(args, summary)  # the results store: history, first seen
     if args.verdict_file:
         reports.write_verdict(args.verdict_file, args.run_dir, summary, args.gate)
-    sys.stdout.write(reports.json_text(summary) if args.print == "json" else terminal.table(summary) + "\n")
+    sys.stdout.write(reports.json_text(summary) if args.print == "json" else
+                     "".join(line + "\n" for line in since) + terminal.table(summary) + "\n")
     return reports.EXIT_CODES[summary["verdict"]]
 
 
@@ -153,6 +160,10 @@ def _is_stamp(text):
 
 def cmd_gate(args):
     """Re-evaluate a finished run offline: same reports, the policy given now, waivers as of now."""
+    if args.run:
+        return store_commands.cmd_store_gate(args)
+    if not args.run_dir:
+        raise reports.ReportError("gate needs a run folder, or --run ID with --store")
     base = load_baseline(args)
     if base:
         base.check_every_host()
@@ -383,7 +394,8 @@ def main(argv=None):
     for name, func in (("report", cmd_report), ("gate", cmd_gate), ("merge", cmd_merge)):
         p = sub.add_parser(name, help=func.__doc__.splitlines()[0] if func.__doc__ else
                            "evaluate a run folder's facts and write every report")
-        p.add_argument("run_dir", help="reports/<run-id> (gate: reports/latest works too; merge: the new folder)")
+        p.add_argument("run_dir", nargs="?" if name == "gate" else None,
+                       help="reports/<run-id> (gate: reports/latest works too; merge: the new folder)")
         # report: the hosts' policies come with their facts records; gate: as their reports record them
         p.add_argument("--fail-on", choices=SEVERITIES, default=None if name == "gate" else DEFAULT_FAIL_ON,
                        help="lowest unwaived severity that fails the gate: for every host (default: each host's "
@@ -396,14 +408,24 @@ def main(argv=None):
         p.add_argument("--baseline", metavar="DIR", help="an earlier run folder (or reports/latest) to compare with: "
                        "new, resolved and persisting findings (empty: none)")
         p.add_argument("--fail-on-new", type=_bool, default=False, metavar="BOOL",
-                       help="fail only on findings new since --baseline (default: false)")
+                       help="fail only on findings new since --baseline, or without one since the "
+                       "last complete run in the results store (default: false)")
         p.add_argument("--rules-dir", default=catalog_mod.RULES_DIR, help=argparse.SUPPRESS)
         _site_rules_option(p)
         p.set_defaults(func=func)
     sub.choices["gate"].add_argument("--table", action="store_true", help="print the per-host table too")
+    store_commands.add_store_option(sub.choices["gate"], "with --run: the store to gate from (default: "
+                                    "reports/history.sqlite)")
+    sub.choices["gate"].add_argument("--run", metavar="ID", help="gate the night ID from the store (every slice "
+                                     "that reported), not a run folder")
+    sub.choices["gate"].add_argument("--slices", metavar="NAME,...", help="with --run: the slices expected; one "
+                                     "that did not report makes the night incomplete")
+    sub.choices["gate"].add_argument("--slice-count", type=int, metavar="N", help="with --run: fewer than N slices "
+                                     "reported makes the night incomplete (AWX: the template's job_slice_count)")
     sub.choices["merge"].add_argument("slices", nargs="+", metavar="SLICE_DIR",
                                       help="run folders of the slices (--limit runs, AWX job slices, other controllers)")
     for name in ("report", "merge"):
+        store_commands.add_report_options(sub.choices[name])
         _add_formats(sub.choices[name])
         sub.choices[name].add_argument("--print", choices=("table", "json"), default="table",
                                        help="what to print: the table of hosts and the verdict line (default), or "
@@ -419,6 +441,7 @@ def main(argv=None):
         sub.choices[name].add_argument("--jobs", type=int, default=fleet.default_jobs(), metavar="N",
                                        help="worker processes for fleets of %d hosts or more (default: the CPUs "
                                             "this process may use, %d here)" % (fleet.PARALLEL_FROM, fleet.default_jobs()))
+    store_commands.add_history_parser(sub)
     p = sub.add_parser("kernel-gate", help=cmd_kernel_gate.__doc__)
     p.add_argument("run_dir", help="the run with the candidate (and, unless --baseline-run, the baseline)")
     p.add_argument("--baseline", required=True, help="inventory name of the baseline host")
@@ -480,7 +503,7 @@ def main(argv=None):
         with reports.no_gc():
             return args.func(args)
     except (contract.ContractError, catalog_mod.CatalogError, waivers_mod.WaiverError, policy_mod.PolicyError, reports.ReportError, probe.ProbeError,
-            kernel_records.RecordsError, kernel_gate.PolicyError, OSError) as exc:
+            kernel_records.RecordsError, kernel_gate.PolicyError, store_mod.StoreError, OSError) as exc:
         print("error: %s" % exc, file=sys.stderr)
         return 2
     except Exception as exc:  # a bug, or input no check caught: exit 2 (could not run), never 1 (policy failed)

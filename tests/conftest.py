@@ -4,10 +4,14 @@ import ast
 import glob
 import json
 import os
+import pwd
 import re
+import secrets
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -247,3 +251,40 @@ def upgradable_data_corruption(run_dir):
                and not kernel_records.set_aside(item, in_use) for item in items):
             expected[report["host"]] = ["KERNEL_EXT4_UPGRADE_IN_BRANCH"]
     return expected
+
+
+def postgres_bin(name):
+    """A PostgreSQL server program: Debian's postgresql package keeps them off PATH."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/" + name), key=lambda p: int(p.split("/")[4]))
+    return found[-1] if found else shutil.which(name)
+
+
+@pytest.fixture(scope="session")
+def postgresql():
+    """A real PostgreSQL server in a throw-away cluster on a loopback port, run as nobody (initdb
+    refuses root), with password authentication; stopped and removed afterwards. Yields
+    {"url": a postgresql:// URL without the password, "password": for PGPASSWORD}."""
+    if not postgres_bin("initdb") or not postgres_bin("pg_ctl"):
+        pytest.skip("PostgreSQL's server is not installed (make test-deps installs Debian's postgresql)")
+    home = tempfile.mkdtemp(prefix="ext4audit-pg-")
+    nobody = pwd.getpwnam("nobody")
+    as_nobody = ["setpriv", "--reuid=nobody", "--regid=%d" % nobody.pw_gid, "--clear-groups", "--"]
+    os.chown(home, nobody.pw_uid, nobody.pw_gid)
+    password, port = secrets.token_hex(16), free_port()
+    with open(os.path.join(home, "pwfile"), "w") as handle:
+        handle.write(password + "\n")
+    os.chown(os.path.join(home, "pwfile"), nobody.pw_uid, nobody.pw_gid)
+    data = os.path.join(home, "data")
+    env = dict(os.environ, LC_ALL="C.UTF-8")
+    subprocess.run(as_nobody + [postgres_bin("initdb"), "-D", data, "-U", "ext4audit", "--auth=scram-sha-256",
+                                "--pwfile", os.path.join(home, "pwfile"), "-E", "UTF8"],
+                   check=True, stdout=subprocess.DEVNULL, env=env, cwd=home)
+    subprocess.run(as_nobody + [postgres_bin("pg_ctl"), "-D", data, "-l", os.path.join(home, "log"), "-w", "-o",
+                                "-k %s -p %d -h 127.0.0.1 -c fsync=off" % (home, port), "start"],
+                   check=True, stdout=subprocess.DEVNULL, env=env, cwd=home)
+    try:
+        yield {"url": "postgresql://ext4audit@127.0.0.1:%d/postgres" % port, "password": password, "port": port}
+    finally:
+        subprocess.run(as_nobody + [postgres_bin("pg_ctl"), "-D", data, "-m", "immediate", "-w", "stop"],
+                       stdout=subprocess.DEVNULL, env=env, cwd=home)
+        shutil.rmtree(home, ignore_errors=True)

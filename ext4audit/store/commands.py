@@ -1,0 +1,192 @@
+"""The store's command line: `ext4audit history ...`, `gate --store --run`, and the report step's
+one call (record_report) that records the run it just wrote."""
+
+import argparse
+import functools
+import json
+import os
+import sys
+from typing import Any, Dict, List, Optional
+
+from .. import baseline, reports
+from . import DEFAULT_NAME, OFF, StoreError, display, history, ingest, location, schema
+
+SINCE_LINES = 10  # rules named in the report step's "first seen" lines
+
+
+def add_store_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--store", default="", metavar="URL",
+                        help="results store: an SQLite file or a postgresql:// URL (the password from PGPASSWORD "
+                             "or PGPASSFILE, never in the URL); %s" % what)
+
+
+def add_report_options(parser: argparse.ArgumentParser) -> None:
+    add_store_option(parser, "empty: <reports>/%s beside the run folders; %s: record nothing" % (DEFAULT_NAME, OFF))
+    parser.add_argument("--slice", default="", metavar="NAME",
+                        help="record this run folder as slice NAME of its night (AWX job slices, several "
+                             "controllers: the same run id, one name each; default: the whole night)")
+
+
+def record_report(args: argparse.Namespace, summary: dict) -> List[str]:
+    """Record the run folder the report step just finished; return the lines to print above its
+    table (each finding rule: how many, and since when the store has seen them)."""
+    reports_dir = os.path.dirname(os.path.normpath(os.path.abspath(args.run_dir)))
+    where = location(args.store, reports_dir)
+    if where is None:
+        return []
+    try:
+        with schema.open_store(where) as store:
+            done = ingest.ingest(store, args.run_dir, args.slice)
+            seen = history.first_seen(store, done["run_id"])
+    except StoreError as exc:
+        raise StoreError("%s (the run folder %s is complete: record it later with `ext4audit history ingest %s`)"
+                         % (exc, args.run_dir, args.run_dir))
+    return since_lines(seen, summary["generated_at"], display(where))
+
+
+def since_lines(seen: Dict[tuple, str], tonight: str, where: str) -> List[str]:
+    """Per rule: findings tonight, first seen when (the earliest), how many new tonight."""
+    rules: Dict[str, list] = {}
+    for (_host, rule, _device, _mountpoint), first in seen.items():
+        rules.setdefault(rule, []).append(first)
+    lines = ["history (%s): %d finding(s) tonight" % (where, len(seen))]
+    for rule, firsts in sorted(rules.items(), key=lambda item: (min(item[1]), item[0]))[:SINCE_LINES]:
+        new = sum(first == tonight for first in firsts)
+        lines.append("  %s: %d, first seen %s%s" % (rule, len(firsts), min(firsts),
+                                                     ", %d new tonight" % new if new else ""))
+    if len(rules) > SINCE_LINES:
+        lines.append("  ... %d more rules (ext4audit history findings)" % (len(rules) - SINCE_LINES))
+    return lines
+
+
+def cmd_store_gate(args: argparse.Namespace) -> int:
+    """gate --store URL --run ID: the whole night from the store, every slice that reported."""
+    expect = [name for name in (args.slices or "").split(",") if name]
+    with schema.open_store(location(args.store, "reports") or "") as store:
+        verdict, reason, _slices = history.gate(store, args.run, expect, args.slice_count)
+    print("verdict: %s: %s" % (verdict, reason))
+    return reports.EXIT_CODES[verdict]
+
+
+def add_history_parser(sub: Any) -> None:
+    p = sub.add_parser("history", help="the results store: runs, a host's timeline, a rule's trend, first seen and "
+                       "resolved, regressions, time to fix; ingest and prune")
+    add_store_option(p, "default: reports/history.sqlite")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    # the same options after the question too (`history trend --json`); SUPPRESS keeps the first's value
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--store", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    questions = p.add_subparsers(dest="question")
+    questions.add_parser = functools.partial(questions.add_parser, parents=[common])  # type: ignore[method-assign]
+    q = questions.add_parser("runs", help="the recorded runs, newest first (the default)")
+    q.add_argument("--nights", type=int, default=30)
+    q = questions.add_parser("timeline", help="a host's status, kernel and findings night by night")
+    q.add_argument("host")
+    q.add_argument("--nights", type=int, default=30)
+    q = questions.add_parser("trend", help="per night: findings and hosts with one, of a rule or of all")
+    q.add_argument("--rule")
+    q.add_argument("--nights", type=int, default=30)
+    q = questions.add_parser("findings", help="each finding's first seen, last seen and resolved dates")
+    q.add_argument("--host")
+    q.add_argument("--rule")
+    q = questions.add_parser("regressed", help="hosts with findings on the latest night they did not have at a date")
+    q.add_argument("--since", required=True, metavar="DATE", help="2026-11-28 (end of that day) or a UTC stamp")
+    questions.add_parser("time-to-fix", help="days from first seen to resolved, by rule and severity")
+    q = questions.add_parser("prune", help="remove runs older than --keep-days")
+    q.add_argument("--keep-days", type=int, default=history.DEFAULT_KEEP_DAYS,
+                   help="default: %d" % history.DEFAULT_KEEP_DAYS)
+    q = questions.add_parser("ingest", help="record a run folder (one the report step could not record)")
+    q.add_argument("run_dir")
+    q.add_argument("--slice", default="")
+    q.add_argument("--run-id", help="the night to record it in (default: its own run id)")
+    p.set_defaults(func=cmd_history)
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    question = args.question or "runs"
+    with schema.open_store(location(args.store, "reports") or "") as store:
+        if question == "runs":
+            result: Any = history.runs(store, getattr(args, "nights", 30))  # also `history` alone
+        elif question == "timeline":
+            result = history.timeline(store, args.host, args.nights)
+        elif question == "trend":
+            result = history.trend(store, args.rule, args.nights)
+        elif question == "findings":
+            result = history.episodes(store, args.host, args.rule)
+        elif question == "regressed":
+            result = history.regressed(store, args.since)
+        elif question == "time-to-fix":
+            result = history.time_to_fix(store)
+        elif question == "prune":
+            result = {"removed_runs": history.prune(store, args.keep_days), "keep_days": args.keep_days}
+        else:
+            result = ingest.ingest(store, args.run_dir, args.slice, args.run_id)
+    sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n" if args.json else table(question, result))
+    return 0
+
+
+COLUMNS = {
+    "runs": ("run_id", "generated_at", "verdict", "complete", "hosts", "hosts_audited", "findings", "waived"),
+    "timeline": ("generated_at", "run_id", "status", "kernel", "findings"),
+    "trend": ("generated_at", "run_id", "findings", "hosts", "waived", "hosts_audited"),
+    "findings": ("host", "rule", "severity", "mountpoint", "first_seen", "last_seen", "resolved", "nights", "waived"),
+    "regressed": ("host", "since_run", "run", "findings"),
+    "time-to-fix": ("rule", "severity", "fixed", "median_days", "max_days", "open"),
+}
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, list):
+        return "; ".join("%s%s%s" % (v["rule"], " " + v["mountpoint"] if v.get("mountpoint") else "",
+                                     " (waived)" if v.get("waived") else "") for v in value) or "-"
+    return "-" if value is None else str(value)
+
+
+def _printable(text: str) -> str:
+    """Host names and mount points are data: a control character is shown escaped, never sent to the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def table(question: str, result: Any) -> str:
+    """A plain text table of a history answer (its JSON has every field)."""
+    if isinstance(result, dict):
+        return "".join("%s: %s\n" % item for item in sorted(result.items()))
+    columns = COLUMNS[question]
+    rows = [[_printable(_cell(row.get(c))) for c in columns] for row in result]
+    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines) + "\n" + ("(none)\n" if not rows else "")
+
+
+class StoreBaseline(baseline.Baseline):
+    """The nightly diff's baseline from the store: the last complete night's hosts and findings
+    (checked when they were recorded), in memory; picklable for the report step's workers."""
+
+    def __init__(self, run_id: str, path: str, statuses: Dict[str, str], findings: Dict[str, dict]) -> None:
+        super().__init__(run_id, path, statuses)
+        self.findings = findings
+
+    def host_findings(self, host: str) -> dict:
+        return {"status": self.statuses[host], "findings": self.findings.get(host, {})}
+
+    def check_every_host(self) -> None:
+        """Nothing to read: the store holds checked rows."""
+
+
+def store_baseline(args: argparse.Namespace) -> Optional[baseline.Baseline]:
+    """fail_on_new without --baseline: new since the last complete run in the store (another run
+    id). A store with none gives an empty baseline: every finding is new (its host was not
+    compared). None without a store (off)."""
+    run_dir = os.path.abspath(args.run_dir) if args.run_dir else os.path.abspath("reports/latest")
+    where = location(args.store, os.path.dirname(os.path.normpath(run_dir)))
+    if where is None:
+        return None
+    run_id = os.path.basename(os.path.normpath(run_dir))
+    with schema.open_store(where) as store:
+        night = history.last_night(store, run_id)
+    name = "store %s" % display(where)
+    if night is None:
+        return StoreBaseline("(none: %s has no earlier complete run)" % name, name, {}, {})
+    return StoreBaseline(night[0], name, night[1], night[2])

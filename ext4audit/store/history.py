@@ -1,0 +1,241 @@
+"""Questions to the store: a host's timeline, a rule's trend, when findings were first seen and
+resolved, who regressed, how long fixes take, the night's gate, and retention.
+
+Only complete runs count as nights: a run whose report step did not finish saw nothing for sure.
+A finding is identified as in baseline.py: (host, rule, device, mount point). Its episodes are
+the stretches of nights it was present; one ends (resolved) on the first later night its host was
+audited without it. A night the host was not audited neither continues nor ends an episode.
+"""
+
+import datetime
+import statistics
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .. import reports, severity_rank
+from . import StoreError, backends
+from .ingest import SLICE_TABLES, WORST
+
+DEFAULT_KEEP_DAYS = 400  # a year of nights and a month to compare a year ago with
+Identity = Tuple[str, str, Optional[str], Optional[str]]
+
+
+def nights(store: backends.Store, limit: Optional[int] = None, until: Optional[str] = None) -> List[tuple]:
+    """(run_id, generated_at) of the complete runs, oldest first: the last `limit`, up to `until`."""
+    rows = store.rows("SELECT run_id, generated_at FROM runs WHERE complete = 1%s ORDER BY generated_at DESC, "
+                      "run_id DESC%s" % (" AND generated_at <= ?" if until else "",
+                                         " LIMIT %d" % int(limit) if limit else ""), (until,) if until else ())
+    return rows[::-1]
+
+
+def runs(store: backends.Store, limit: int = 30) -> List[dict]:
+    rows = store.rows("SELECT run_id, generated_at, verdict, complete, hosts, hosts_audited, findings, waived, reason "
+                      "FROM runs ORDER BY generated_at DESC, run_id DESC LIMIT %d" % int(limit))
+    keys = ("run_id", "generated_at", "verdict", "complete", "hosts", "hosts_audited", "findings", "waived", "reason")
+    return [dict(zip(keys, row), complete=bool(row[3])) for row in rows]
+
+
+def timeline(store: backends.Store, host: str, limit: int = 30) -> List[dict]:
+    """The host on each of the last `limit` nights: status, kernel, its findings (rule, severity, mount point, waived)."""
+    order = nights(store, limit)
+    ids = [n[0] for n in order]
+    if not ids:
+        return []
+    marks = ", ".join("?" * len(ids))
+    statuses = dict((r[0], r[1:]) for r in store.rows(
+        "SELECT run_id, status, kernel, findings, waived FROM hosts WHERE host = ? AND run_id IN (%s)" % marks,
+        [host] + ids))
+    found: Dict[str, list] = {}
+    for run_id, rule, severity, device, mountpoint, waived in store.rows(
+            "SELECT run_id, rule, severity, device, mountpoint, waived FROM findings WHERE host = ? AND run_id IN (%s) "
+            "ORDER BY rule, mountpoint" % marks, [host] + ids):
+        found.setdefault(run_id, []).append({"rule": rule, "severity": severity, "device": device,
+                                             "mountpoint": mountpoint, "waived": bool(waived)})
+    out = []
+    for run_id, generated_at in order:
+        status = statuses.get(run_id)
+        out.append({"run_id": run_id, "generated_at": generated_at, "status": status[0] if status else "absent",
+                    "kernel": status[1] if status else None, "findings": found.get(run_id, [])})
+    return out
+
+
+def trend(store: backends.Store, rule: Optional[str] = None, limit: int = 30) -> List[dict]:
+    """Per night (the last `limit`): unwaived findings and the hosts with one (of `rule`, or of every rule), waived ones."""
+    order = nights(store, limit)
+    if not order:
+        return []
+    ids = [n[0] for n in order]
+    # counted at ingest: a rule's in rule_counts, the fleet's in runs (30 rows, not 30 nights of findings)
+    rows = store.rows("SELECT run_id, SUM(findings), SUM(hosts), SUM(waived) FROM rule_counts WHERE run_id IN (%s) "
+                      "AND rule = ? GROUP BY run_id" % ", ".join("?" * len(ids)), ids + [rule]) if rule else store.rows(
+        "SELECT run_id, findings, hosts_with_findings, waived FROM runs WHERE run_id IN (%s)" % ", ".join("?" * len(ids)),
+        ids)
+    counts = dict((r[0], r[1:]) for r in rows)
+    audited = dict(store.rows("SELECT run_id, hosts_audited FROM runs WHERE run_id IN (%s)" % ", ".join("?" * len(ids)),
+                              ids))
+    return [{"run_id": run_id, "generated_at": at, "rule": rule, "findings": int((counts.get(run_id) or (0,))[0] or 0),
+             "hosts": int((counts.get(run_id) or (0, 0))[1] or 0), "waived": int((counts.get(run_id) or (0, 0, 0))[2] or 0),
+             "hosts_audited": audited.get(run_id)} for run_id, at in order]
+
+
+def episodes(store: backends.Store, host: Optional[str] = None, rule: Optional[str] = None) -> List[dict]:
+    """Each finding's stretches of presence: first_seen, last_seen, resolved (None while open),
+    waived (on its last night), nights present. Filtered by host and/or rule."""
+    order = nights(store)
+    position = dict((run_id, i) for i, (run_id, _) in enumerate(order))
+    when = [at for _, at in order]
+    where, params = [], []
+    for column, value in (("host", host), ("rule", rule)):
+        if value:
+            where.append("f.%s = ?" % column)
+            params.append(value)
+    present: Dict[Identity, Dict[int, tuple]] = {}
+    for run_id, f_host, f_rule, severity, device, mountpoint, waived in store.rows(
+            "SELECT f.run_id, f.host, f.rule, f.severity, f.device, f.mountpoint, f.waived FROM findings f "
+            "JOIN runs r ON r.run_id = f.run_id AND r.complete = 1%s" % (
+                " WHERE " + " AND ".join(where) if where else ""), params):
+        present.setdefault((f_host, f_rule, device, mountpoint), {})[position[run_id]] = (severity, bool(waived))
+    hosts = sorted(set(key[0] for key in present))
+    audited: Dict[str, set] = dict((h, set()) for h in hosts)
+    for start in range(0, len(hosts), 500):
+        part = hosts[start:start + 500]
+        for run_id, a_host in store.rows("SELECT h.run_id, h.host FROM hosts h JOIN runs r ON r.run_id = h.run_id AND "
+                                         "r.complete = 1 WHERE h.status = 'audited' AND h.host IN (%s)"
+                                         % ", ".join("?" * len(part)), part):
+            audited[a_host].add(position[run_id])
+    out = []
+    for key, seen in sorted(present.items(), key=lambda item: tuple(v or "" for v in item[0])):
+        episode = None
+        for night in range(len(order)):
+            if night in seen:
+                if episode is None:
+                    episode = {"host": key[0], "rule": key[1], "device": key[2], "mountpoint": key[3],
+                               "first_seen": when[night], "last_seen": None, "resolved": None, "nights": 0}
+                episode.update(last_seen=when[night], severity=seen[night][0], waived=seen[night][1])
+                episode["nights"] += 1
+            elif episode is not None and night in audited[key[0]]:
+                episode["resolved"] = when[night]
+                out.append(episode)
+                episode = None
+        if episode is not None:
+            out.append(episode)
+    return out
+
+
+def first_seen(store: backends.Store, run_id: str) -> Dict[Identity, str]:
+    """The night each finding of run_id was first seen (on any complete night, its own included)."""
+    rows = store.rows("SELECT f.host, f.rule, f.device, f.mountpoint, MIN(r.generated_at) FROM findings f "
+                      "JOIN runs r ON r.run_id = f.run_id AND r.complete = 1 WHERE EXISTS (SELECT 1 FROM findings c "
+                      "WHERE c.run_id = ? AND c.host = f.host AND c.rule = f.rule) "
+                      "GROUP BY f.host, f.rule, f.device, f.mountpoint", (run_id,))
+    mine = set(store.rows("SELECT host, rule, device, mountpoint FROM findings WHERE run_id = ?", (run_id,)))
+    return dict((row[:4], row[4]) for row in rows if row[:4] in mine)
+
+
+def regressed(store: backends.Store, since: str) -> List[dict]:
+    """Hosts with an unwaived finding on the latest night that they did not have on the last night
+    up to `since` (a stamp or a date), both nights audited."""
+    latest, before = nights(store, 1), nights(store, 1, until=_stamp(since))
+    if not latest or not before:
+        return []
+    now, then = latest[0][0], before[0][0]
+    rows = store.rows(
+        "SELECT f.host, f.rule, f.severity, f.device, f.mountpoint FROM findings f "
+        "JOIN hosts h ON h.run_id = ? AND h.host = f.host AND h.status = 'audited' "
+        "WHERE f.run_id = ? AND f.waived = 0 AND NOT EXISTS (SELECT 1 FROM findings o WHERE o.run_id = ? "
+        "AND o.host = f.host AND o.rule = f.rule AND o.waived = 0 "
+        "AND COALESCE(o.device, '') = COALESCE(f.device, '') AND COALESCE(o.mountpoint, '') = COALESCE(f.mountpoint, '')) "
+        "ORDER BY f.host, f.rule", (then, now, then))
+    out: Dict[str, dict] = {}
+    for host, rule, severity, device, mountpoint in rows:
+        out.setdefault(host, {"host": host, "since_run": then, "run": now, "findings": []})["findings"].append(
+            {"rule": rule, "severity": severity, "device": device, "mountpoint": mountpoint})
+    return list(out.values())
+
+
+def time_to_fix(store: backends.Store) -> List[dict]:
+    """By rule and severity: findings fixed (episodes resolved), days from first seen to resolved
+    (median, max), and still open."""
+    groups: Dict[tuple, dict] = {}
+    for episode in episodes(store):
+        group = groups.setdefault((episode["rule"], episode["severity"]), {"days": [], "open": 0})
+        if episode["resolved"]:
+            group["days"].append((reports.moment_of(episode["resolved"]) -
+                                  reports.moment_of(episode["first_seen"])).total_seconds() / 86400)
+        else:
+            group["open"] += 1
+    return [{"rule": rule, "severity": severity, "fixed": len(g["days"]),
+             "median_days": round(statistics.median(g["days"]), 2) if g["days"] else None,
+             "max_days": round(max(g["days"]), 2) if g["days"] else None, "open": g["open"]}
+            for (rule, severity), g in sorted(groups.items())]
+
+
+def gate(store: backends.Store, run_id: str, expect: Sequence[str] = (),
+         count: Optional[int] = None) -> Tuple[str, str, List[dict]]:
+    """The night's verdict from the store: (verdict, reason, its slices). A slice in `expect` that
+    did not report makes it incomplete; so do fewer than `count` slices, and an incomplete slice."""
+    run = store.one("SELECT verdict, reason, complete FROM runs WHERE run_id = ?", (run_id,))
+    if run is None:
+        raise StoreError("store %s has no run %r: no slice of it reported" % (store.name, run_id))
+    keys = ("slice", "verdict", "complete", "hosts", "hosts_audited", "findings", "generated_at", "reason")
+    slices = [dict(zip(keys, row), complete=bool(row[2])) for row in store.rows(
+        "SELECT slice, verdict, complete, hosts, hosts_audited, findings, generated_at, reason FROM slices "
+        "WHERE run_id = ? ORDER BY slice", (run_id,))]
+    reported = [s["slice"] for s in slices]
+    missing = [name for name in expect if name not in reported]
+    worst = max(slices, key=lambda s: WORST.get(s["verdict"], 2))
+    short = count is not None and len(slices) < count
+    verdict = "incomplete" if missing or short or not all(s["complete"] for s in slices) else worst["verdict"]
+    reason = "run %s: %d slice(s) reported (%s), %d host(s), %d audited" % (
+        run_id, len(slices), ", ".join(name or "(unnamed)" for name in reported), sum(s["hosts"] for s in slices),
+        sum(s["hosts_audited"] for s in slices))
+    if missing:
+        reason += "; no report from slice(s) %s" % ", ".join(missing)
+    if short:
+        reason += "; %d slice(s) expected" % count
+    if WORST.get(worst["verdict"], 2) > 0:
+        reason += "; slice %s: %s: %s" % (worst["slice"] or "(unnamed)", worst["verdict"], worst["reason"])
+    return verdict, reason, slices
+
+
+def prune(store: backends.Store, keep_days: int, now: Optional[datetime.datetime] = None) -> int:
+    """Remove the runs older than keep_days (by when they were reported, else ingested); return how many."""
+    if keep_days < 0:
+        raise StoreError("--keep-days %d: give 0 or more days" % keep_days)
+    cutoff = reports.stamp((now or reports.utc_now()) - datetime.timedelta(days=keep_days))
+    with store.transaction():
+        old = [r[0] for r in store.rows("SELECT run_id FROM runs WHERE COALESCE(generated_at, ingested_at) < ?",
+                                        (cutoff,))]
+        for run_id in old:
+            for table in SLICE_TABLES + ("runs",):
+                store.execute("DELETE FROM %s WHERE run_id = ?" % table, (run_id,))
+    return len(old)
+
+
+def _stamp(text: str) -> str:
+    """A date (end of that day) or a stamp, as a stamp; StoreError otherwise."""
+    for form, end in (("%Y-%m-%d", True), (reports.STAMP, False)):
+        try:
+            moment = datetime.datetime.strptime(text, form)
+        except ValueError:
+            continue
+        return reports.stamp(moment.replace(hour=23, minute=59, second=59) if end else moment)
+    raise StoreError("--since %r: give a date (2026-11-28) or a UTC stamp (2026-11-28T03:00:00Z)" % text)
+
+
+def last_night(store: backends.Store, other_than: str) -> Optional[Tuple[str, Dict[str, str], Dict[str, dict]]]:
+    """The last complete night other than `other_than`, for the nightly diff: (run_id, {host:
+    status}, {host: {identity: severity}}), a finding found twice at its highest severity; None
+    when there is none."""
+    row = store.one("SELECT run_id FROM runs WHERE complete = 1 AND run_id <> ? ORDER BY generated_at DESC, "
+                    "run_id DESC LIMIT 1", (other_than,))
+    if row is None:
+        return None
+    statuses = dict(store.rows("SELECT host, status FROM hosts WHERE run_id = ?", (row[0],)))
+    findings: Dict[str, dict] = {}
+    for host, rule, severity, device, mountpoint in store.rows(
+            "SELECT host, rule, severity, device, mountpoint FROM findings WHERE run_id = ?", (row[0],)):
+        known = findings.setdefault(host, {})
+        key = (host, rule, device, mountpoint)
+        if key not in known or severity_rank(severity) > severity_rank(known[key]):
+            known[key] = severity
+    return row[0], statuses, findings
