@@ -261,6 +261,6 @@ def test_a_run_id_that_is_not_a_plain_name_is_refused(tmp_path, run_id):
     reports.mkdir(parents=True)
     proc = prepare(playbook, reports, run_id)
     rc, out = proc.wait(), proc.stdout.read().decode(errors="replace")
-    assert rc != 0 and "ext4_audit_run_id" in out and "not a plain folder name" in out, out[-3000:]
+    assert rc != 0 and "ext4_audit_run_id" in out and "is not a run id" in out, out[-3000:]  # (ext4audit check --run-id)
     made = sorted(os.path.relpath(p, str(tmp_path)) for p in glob.glob(str(tmp_path / "**"), recursive=True))
     assert made == [".", "deep", "deep/er", "deep/er/reports", "prepare.yml"], made
