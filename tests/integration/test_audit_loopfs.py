@@ -65,7 +65,7 @@ def audit(tmp_path, fstab, *extra):
     reports = tmp_path / "reports"
     rc, out = ansible_playbook("playbooks/audit.yml", "-e", "ext4_audit_reports_dir=%s" % reports,
                                "-e", "ext4_audit_fstab_path=%s" % fstab, *(extra or PROBE_OFF))
-    runs = sorted(p for p in glob.glob(str(reports / "*")) if not p.endswith("latest"))
+    runs = sorted(p for p in glob.glob(str(reports / "*")) if os.path.isdir(p) and not p.endswith("latest"))
     return rc, out, reports, runs
 
 

@@ -78,14 +78,19 @@ def test_nightly_diff_and_fail_on_new(loopfs, tmp_path):
     text = (corrupt / "summary.json").read_text()
     (corrupt / "summary.json").write_text(text[:len(text) // 3])
     rc, out = audit(reports, fstab, "run-5", "-e", "ext4_audit_baseline=%s" % corrupt)
-    assert rc != 0 and "error: baseline summary %s/summary.json is not valid JSON" % corrupt in out, out
-    assert latest(reports) == "run-4"
-    assert set(os.listdir(str(reports / "run-5"))) <= {"facts", "probe"}  # the inputs only: no report written
-    command = [os.path.join(VENV_BIN, "python"), "-m", "ext4audit", "report", str(reports / "run-5"),
-               "--baseline", str(corrupt)]
+    # refused before any host is contacted (`ext4audit check --baseline`): no run folder is made
+    assert rc != 0 and "baseline summary %s/summary.json is not valid JSON" % corrupt in out, out
+    assert latest(reports) == "run-4" and not (reports / "run-5").exists()
+    # The report step refuses it as well, writing nothing beside a run's inputs.
+    inputs = reports / "inputs"
+    os.makedirs(str(inputs))
+    for sub in ("facts", "probe"):
+        if (reports / "run-4" / sub).exists():
+            shutil.copytree(str(reports / "run-4" / sub), str(inputs / sub))
+    command = [os.path.join(VENV_BIN, "python"), "-m", "ext4audit", "report", str(inputs), "--baseline", str(corrupt)]
     result = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
     assert result.returncode == 2 and result.stderr.startswith("error: baseline summary"), result
-    assert set(os.listdir(str(reports / "run-5"))) <= {"facts", "probe"} and latest(reports) == "run-4"
+    assert set(os.listdir(str(inputs))) <= {"facts", "probe"} and latest(reports) == "run-4"
     # A baseline that is not there stops the play before any host is audited.
     rc, out = audit(reports, fstab, "run-6", "-e", "ext4_audit_baseline=%s" % (tmp_path / "nope"))
     assert rc != 0 and "has no summary.json" in out and not (reports / "run-6").exists(), out

@@ -66,7 +66,7 @@ def audit_with_probe(loopfs, tmp_path):
              "chopper_probe_confirm_scope": "all"}
     rc, out = ansible_playbook("-i", str(inventory), "playbooks/audit.yml", "-e", json.dumps(extra))
     assert "verdict: incomplete" in out, out[-6000:]
-    runs = [p for p in glob.glob(str(reports_dir / "*")) if not p.endswith("latest")]
+    runs = [p for p in glob.glob(str(reports_dir / "*")) if os.path.isdir(p) and not p.endswith("latest")]
     assert len(runs) == 1, runs
     return target["mountpoint"], runs[0]
 

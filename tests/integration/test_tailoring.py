@@ -95,7 +95,7 @@ def audit(tmp_path, inventory, *extra):
     # venv's own is an editable install of another checkout)
     rc, out = ansible_playbook("-i", inventory, "playbooks/audit.yml", "-e", "ext4_audit_reports_dir=%s" % reports,
                                "-e", "ext4_audit_fstab_path=/dev/null", *extra, env={"PYTHONPATH": ROOT})
-    runs = sorted(p for p in glob.glob(str(reports / "*")) if not p.endswith("latest"))
+    runs = sorted(p for p in glob.glob(str(reports / "*")) if os.path.isdir(p) and not p.endswith("latest"))
     return rc, out, runs
 
 

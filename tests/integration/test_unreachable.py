@@ -17,7 +17,7 @@ def test_unreachable_host_makes_the_run_incomplete(tmp_path):
     reports = tmp_path / "reports"
     rc, out = ansible_playbook("-i", str(inventory), "playbooks/audit.yml", "-e", "ext4_audit_reports_dir=%s" % reports)
     assert rc != 0 and "verdict: incomplete" in out, out
-    run = [p for p in glob.glob(str(reports / "*")) if not p.endswith("latest")][0]
+    run = [p for p in glob.glob(str(reports / "*")) if os.path.isdir(p) and not p.endswith("latest")][0]
     summary = load_json(os.path.join(run, "summary.json"))
     assert summary["verdict"] == "incomplete"
     assert [h["host"] for h in summary["hosts_not_audited"]] == ["gone-1"]
