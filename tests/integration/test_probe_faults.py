@@ -338,28 +338,25 @@ while time.monotonic() < deadline:  # until this process's cwd is inside a mount
 """
 
 
-def test_a_run_that_cannot_be_unmounted_stops_the_sweep_and_nothing_is_left(tmp_path):
-    """The sweep unmounts each run in the background while the next one plays (two run slots).
-    A process that keeps its working directory inside a run's mount makes that umount fail
-    (EBUSY): the sweep must stop with the reason instead of mounting the next run over it, and
-    once the holder has gone nothing of the probe's is left."""
+def test_a_process_of_the_host_cannot_hold_a_runs_mount(tmp_path):
+    """The sweep unmounts each run in the background while the next one plays (two run slots). A
+    process that keeps its working directory inside a run's mount point made that umount fail
+    (EBUSY) and stopped the sweep while the probe mounted in the host's namespace; its mounts are
+    now in a private mount namespace, so such a process only sits in the empty folder underneath:
+    the sweep runs to its end and nothing of the probe's is left."""
     from ext4audit import probe as plan_mod
     scratch_dir = str(tmp_path / "probe")
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, os.path.join(scratch_dir, "mnt", "run1")],
                               stdout=subprocess.PIPE, universal_newlines=True)
     try:
         result, stderr = run_probe(tmp_path, make_job(scratch_dir, plan=plan_mod.make_plan(7, 256)))
-        assert holder.poll() is None, "the holder never got inside a run's mount"
     finally:
         holder.kill()
         holder.wait()
     sweep = result["sweep"]
-    print("stopped after %d of %d runs: %s" % (sweep["completed"], sweep["planned"], sweep["errors"]))
-    assert sweep["stopped_by"] == "error", (sweep, stderr[-1000:])
-    assert result["status"] == "partial"
-    assert len(sweep["errors"]) == 1 and "the run before it could not be released from %s/mnt/run" % scratch_dir in sweep["errors"][0], sweep["errors"]
-    assert "Device or resource busy" in sweep["errors"][0]
-    deadline = time.monotonic() + 10  # the lazily detached mount goes when the holder's cwd does
+    assert sweep["stopped_by"] is None and sweep["errors"] == [], (sweep, stderr[-1000:])
+    assert result["status"] == "ok" and sweep["completed"] == sweep["planned"] == 256
+    deadline = time.monotonic() + 10
     while leftovers(scratch_dir) != NOTHING and time.monotonic() < deadline:
         time.sleep(0.1)
     assert leftovers(scratch_dir) == NOTHING and not os.path.exists(scratch_dir)
