@@ -811,8 +811,10 @@ def test_a_slow_image_stops_at_the_budget_as_incomplete(tmp_path):
     facts = image_facts(tmp_path, image=disk, budget=2)
     assert time.monotonic() - start < 20  # ansible's own start-up included
     image = facts["image"]
-    assert image["incomplete"] == ("the check's time budget of 2 s ran out (debugfs was killed at the end of the "
-                                   "budget); not done: os-release and kernels, e2fsck -fn of the filesystems"), \
+    # Where the budget runs out depends on the machine's load: inside debugfs, or just before it.
+    assert image["incomplete"] in ("the check's time budget of 2 s ran out (%s); not done: os-release and kernels, "
+                                   "e2fsck -fn of the filesystems" % where
+                                   for where in ("debugfs was killed at the end of the budget", "before debugfs")), \
         image["incomplete"]
     assert [step["step"] for step in image["steps"]][-1] == "os-release and kernels"
     assert sum(step["seconds"] for step in image["steps"]) < 3
