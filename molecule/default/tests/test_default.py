@@ -22,7 +22,7 @@ def load(path):
 
 EXPECTED = load(SCENARIO / "expected.json")
 REPORTS = SCENARIO / "reports"
-RUNS = sorted(path for path in REPORTS.iterdir() if path.name != "latest")
+RUNS = sorted(path for path in REPORTS.iterdir() if path.is_dir() and path.name != "latest")  # (not history.sqlite)
 
 
 def by_mountpoint(report):
