@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional
 from .. import baseline, reports
 from . import DEFAULT_NAME, OFF, StoreError, display, history, ingest, location, schema
 
-SINCE_LINES = 10  # rules named in the report step's "first seen" lines
+SINCE_LINES = 5  # rules named in the report step's "first seen" lines: the oldest, known before tonight
 
 
 def add_store_option(parser: argparse.ArgumentParser, what: str) -> None:
@@ -45,17 +45,18 @@ def record_report(args: argparse.Namespace, summary: dict) -> List[str]:
 
 
 def since_lines(seen: Dict[tuple, str], tonight: str, where: str) -> List[str]:
-    """Per rule: findings tonight, first seen when (the earliest), how many new tonight."""
+    """One line: tonight's findings, how many are new. Then, per rule with findings known before
+    tonight (oldest first, at most SINCE_LINES): how many, and since when."""
     rules: Dict[str, list] = {}
     for (_host, rule, _device, _mountpoint), first in seen.items():
         rules.setdefault(rule, []).append(first)
-    lines = ["history (%s): %d finding(s) tonight" % (where, len(seen))]
-    for rule, firsts in sorted(rules.items(), key=lambda item: (min(item[1]), item[0]))[:SINCE_LINES]:
-        new = sum(first == tonight for first in firsts)
-        lines.append("  %s: %d, first seen %s%s" % (rule, len(firsts), min(firsts),
-                                                     ", %d new tonight" % new if new else ""))
-    if len(rules) > SINCE_LINES:
-        lines.append("  ... %d more rules (ext4audit history findings)" % (len(rules) - SINCE_LINES))
+    new = sum(first == tonight for first in seen.values())
+    lines = ["history (%s): %d finding(s) tonight, %d new" % (where, len(seen), new)]
+    known = sorted(((min(firsts), rule, len(firsts)) for rule, firsts in rules.items() if min(firsts) != tonight))
+    for first, rule, how_many in known[:SINCE_LINES]:
+        lines.append("  %s: %d, first seen %s" % (rule, how_many, first))
+    if len(known) > SINCE_LINES:
+        lines.append("  ... %d more rules seen before (ext4audit history findings)" % (len(known) - SINCE_LINES))
     return lines
 
 

@@ -257,13 +257,15 @@ def test_sigkill_mid_sweep_then_next_run_leaves_nothing(tmp_path, loopfs):
     from ext4audit import probe as plan_mod
     decoy = loopfs.make("decoy", size="64M")
     scratch_dir = "/dev/shm/ext4-audit-probe-kill-%d" % os.getpid()
-    job = make_job(scratch_dir, plan=plan_mod.make_plan(7, 256), confirmations=["rename_over_existing"])
+    # A sweep long enough (4,096 runs, ~20 s) that each kill lands while it runs, on any machine.
+    job = make_job(scratch_dir, plan=plan_mod.make_plan(7, 4096), confirmations=["rename_over_existing"])
     (tmp_path / "job.json").write_text(json.dumps(job))
     rng = random.Random(11)
     for attempt in range(3):
         proc = subprocess.Popen([sys.executable, PROBE_PATH, "run", str(tmp_path / "job.json"), str(tmp_path / "out.json")],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(0.3, 2.5))
+        assert proc.poll() is None, "attempt %d: the probe ended before it could be killed" % attempt
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     assert os.path.exists(os.path.join(scratch_dir, probe.MARKER)), "the killed run left its scratch directory"

@@ -216,7 +216,10 @@ MISTAKES = [
      "host fleet-host: ext4_audit_rules_select: 'site' is not a rule id, kind or tag of the catalog"),
     ("no-reason", [], "ext4_audit_severity_overrides: {EXT4_INODE_128: {severity: high, reason: ''}}\n",
      "host fleet-host: ext4_audit_severity_overrides.EXT4_INODE_128: reason is required"),
-    ("fail-on", [], "ext4_audit_fail_on: hihg\n", "host fleet-host: ext4_audit_fail_on 'hihg' is not one of"),
+    # the argument spec check (before the tailoring check) catches it, naming the host in its item
+    ("fail-on", [], "ext4_audit_fail_on: hihg\n",
+     "item fleet-host): Validation of arguments failed: value of ext4_audit_fail_on must be one of: info, low, "
+     "medium, high, critical, got: hihg"),
 ]
 
 
