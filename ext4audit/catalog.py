@@ -16,7 +16,7 @@ import string
 
 import msgspec
 
-from . import contract, engine, fact_paths, kernel_records, mount_options, safe_yaml, severity_rank
+from . import boot_tools, contract, engine, fact_paths, kernel_records, mount_options, safe_yaml, severity_rank
 from .parsers import kernel_version
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -68,7 +68,8 @@ def load(rules_dir=RULES_DIR, site_dirs=()):
         raise CatalogError(str(exc))
     try:
         removed_options = mount_options.shipped()
-    except mount_options.MountOptionsError as exc:
+        boot_tools.shipped()  # read by the engine for the image rules: a broken file fails here
+    except (mount_options.MountOptionsError, boot_tools.BootToolsError) as exc:
         raise CatalogError(str(exc))
     rules_path = os.path.join(rules_dir, "catalog.yml")
     rules = _rules_of(rules_path, issues, records["classes"])

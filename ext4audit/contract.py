@@ -44,6 +44,7 @@ RULES_SCHEMA = "ext4-fleet-audit/rules/v1"
 KERNEL_RECORDS_SCHEMA = "ext4-fleet-audit/kernel-cna-records/v1"
 KERNEL_BRANCHES_SCHEMA = "ext4-fleet-audit/kernel-branches/v1"
 REMOVED_MOUNT_OPTIONS_SCHEMA = "ext4-fleet-audit/removed-mount-options/v1"
+BOOT_TOOLS_SCHEMA = "ext4-fleet-audit/boot-tools/v1"
 
 HOST_STATUSES = ("audited", "unreachable", "failed")  # what roles/ext4_audit/tasks/facts.yml writes
 # A host's probe record (roles/chopper_probe/tasks/run.yml sets it from the probe's exit code):
@@ -643,6 +644,33 @@ class RemovedMountOptions(Struct, forbid_unknown_fields=True):
     removed: List[RemovedMountOption]
 
 
+# ------------------------------------------------------------------ boot tools (data)
+Https = typing.Annotated[str, Meta(pattern=r"^https://")]
+
+
+class GrubReads(Struct, forbid_unknown_fields=True):
+    """What GRUB's ext2 driver reads (boot_tools.py judges an image's GRUB by it)."""
+    incompat_features: typing.Annotated[List[Name], Meta(min_length=1)]
+    reads: List[Name]
+    reads_since: Dict[str, Name]  # feature -> release (boot_tools.load checks each is x.y[.z])
+    packages: typing.Annotated[List[Name], Meta(min_length=1)]
+    references: typing.Annotated[List[Https], Meta(min_length=1)]
+
+
+class FsckReads(Struct, forbid_unknown_fields=True):
+    """The first e2fsprogs release whose e2fsck checks each feature."""
+    reads_since: Dict[str, Name]
+    packages: typing.Annotated[List[Name], Meta(min_length=1)]
+    references: typing.Annotated[List[Https], Meta(min_length=1)]
+
+
+class BootTools(Struct, forbid_unknown_fields=True):
+    """rules/boot_tools.yml: the ext4 features an image's GRUB and e2fsprogs read, by version."""
+    schema: Literal[BOOT_TOOLS_SCHEMA]
+    grub: GrubReads
+    e2fsprogs: FsckReads
+
+
 # ------------------------------------------------------------------ decoding
 def check(doc, model, where):
     """doc (JSON values) checked against model: a ContractError "where (host 'h'): $.field: what
@@ -770,6 +798,7 @@ SCHEMAS = {
     "kernel-cna-records.json": KernelRecords,
     "kernel-branches.json": KernelBranches,
     "removed-mount-options.json": RemovedMountOptions,
+    "boot-tools.json": BootTools,
 }
 SCHEMAS_DIR = os.path.join(ROOT, "schemas")
 

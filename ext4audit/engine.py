@@ -12,7 +12,7 @@ import operator
 import re
 from typing import Any, Container, Dict, Optional, Tuple
 
-from . import kernel_records, mount_options, policy, severity_rank
+from . import boot_tools, kernel_records, mount_options, policy, severity_rank
 from .parsers import ext4_parsers, kernel_version
 
 _VERSION = re.compile(r"^\d+\.\d+")
@@ -85,7 +85,19 @@ def filesystem_context(fs: dict, facts: dict, option_maps: Optional[dict] = None
         "fstab_drift_count": len(fs.get("fstab_drift") or []),
         "inode_use": None, "reserved_bytes": None, "growth_room_32bit": None, "missing_ext4_features": None,
         "database_volume": _under_any(fs.get("mountpoint"), _DATABASE_DIRS),
+        "disk_image": facts.get("image") is not None,
+        "boot_filesystem": None, "grub_version": None, "grub_unreadable_features": None,
+        "e2fsprogs_version": None, "fsck_unsupported_features": None,
     }
+    image = facts.get("image")
+    if image is not None:  # a disk image: can its own GRUB and e2fsck read this filesystem?
+        derived["boot_filesystem"] = fs.get("mountpoint") == boot_tools.boot_mountpoint(facts.get("filesystems") or [])
+        if sb:
+            packages = image.get("packages")
+            derived["grub_version"], derived["grub_unreadable_features"] = boot_tools.unreadable(
+                "grub", sb["features"], packages)
+            derived["e2fsprogs_version"], derived["fsck_unsupported_features"] = boot_tools.unreadable(
+                "e2fsprogs", sb["features"], packages)
     counts, derived["use_source"] = use_counts(fs, facts)
     derived["block_use"], derived["inode_use"] = _use_shares(counts)
     if sb:
@@ -489,6 +501,10 @@ _FIELDS = {
     "inode_use_medium_pct": lambda f: _percent(f.limit.get("inode_use_medium")),
     "inode_use_high_pct": lambda f: _percent(f.limit.get("inode_use_high")),
     "missing_features": lambda f: " ".join(f.derived.get("missing_ext4_features") or []),
+    "grub_version": lambda f: f.derived.get("grub_version"),
+    "grub_unreadable": lambda f: " ".join(f.derived.get("grub_unreadable_features") or []),
+    "e2fsprogs_version": lambda f: f.derived.get("e2fsprogs_version"),
+    "fsck_unsupported": lambda f: " ".join(f.derived.get("fsck_unsupported_features") or []),
     "reserved_gib": lambda f: _gib(f.derived.get("reserved_bytes")),
     "size_tib": lambda f: _tib((f.sb.get("block_count") or 0) * (f.sb.get("block_size") or 0)),
     "device_tib": lambda f: _tib(f.fs.get("device_bytes")),

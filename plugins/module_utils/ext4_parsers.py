@@ -421,6 +421,23 @@ def parse_os_release(text):
     return result
 
 
+def parse_dpkg_status(text, packages):
+    """The installed version of each of packages in a dpkg status database (/var/lib/dpkg/status:
+    RFC 822-style stanzas separated by blank lines); a package not installed is left out."""
+    wanted, found = frozenset(packages), {}
+    for stanza in re.split(r"\n\s*\n", text):
+        fields = {}
+        for line in stanza.splitlines():
+            if line[:1] not in (" ", "\t"):  # a continuation line belongs to a field not read here
+                key, sep, value = line.partition(":")
+                if sep:
+                    fields[key.strip().lower()] = value.strip()
+        name = fields.get("package")
+        if name in wanted and fields.get("status", "").endswith(" installed") and fields.get("version"):
+            found[name] = fields["version"]
+    return found
+
+
 # ------------------------------------------------------------ inferred options
 # What the kernel applies when neither the superblock nor the mount says otherwise, and what it
 # derives from the combination (fs/ext4/super.c: ext4_set_def_opts, ext4_check_opt_consistency,

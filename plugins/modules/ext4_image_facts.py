@@ -24,8 +24,9 @@ description:
     recovery flag; the result is the filesystem's C(fsck) entry. fstab entries the boot needs that match
     no filesystem of the image are listed in C(image.fstab_unresolved).
   - Every read is bounded. Files are read only up to a size cap (os-release 64 KiB, fstab and
-    grub.cfg 1 MiB, an fstab entry 4096 bytes, a kernel's first 64 KiB), every command's output is
-    capped and every command is killed after its timeout; what goes over becomes an entry in C(errors).
+    grub.cfg 1 MiB, the dpkg database 32 MiB, an fstab entry 4096 bytes, a kernel's first 64 KiB),
+    every command's output is capped and every command is killed after its timeout; what goes over
+    becomes an entry in C(errors).
   - A file the check needs that is there but cannot be read (over its cap, a FIFO or device node, a
     symlink loop, a folder too large to list) is listed in C(image.unread) and never counts as
     absent; without a readable os-release the kernel's vendor is null (a kernel that looks like an
@@ -537,6 +538,14 @@ ext4_image_facts:
           description: Every field of the image's C(/etc/os-release), or null.
           returned: always
           type: dict
+        packages:
+          description: The installed versions of grub-common, grub2-common and e2fsprogs, from the image's
+            C(/var/lib/dpkg/status) (read up to 32 MiB), those installed; null when the image has no dpkg
+            database (an rpm-based image) or it could not be read (see RV(ext4_image_facts.image.unread)).
+            The rules on what the image's boot loader and fsck can read use them (rules/boot_tools.yml).
+          returned: always
+          type: dict
+          sample: {"grub-common": "2.06-13+deb12u1", "e2fsprogs": "1.47.0-2"}
         kernels:
           description: Every kernel (C(/boot/vmlinuz-*)) whose bzImage header could be read.
           returned: always
@@ -669,7 +678,7 @@ from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers impor
     EXT4_DRIVER_TYPES, FACTS_SCHEMA, NETFS_TYPES, ParseError, ext_fstype, fstab_drift, fstab_long_line,
     fstab_mount_tokens, fstab_not_audited, fstab_spec_target, has_ext_magic, infer_options, option_map,
     parse_bzimage_version, parse_debugfs_fast_link, parse_debugfs_ls,
-    parse_dumpe2fs, parse_dumpe2fs_identity, parse_fstab, parse_grub_first_kernel, parse_os_release,
+    parse_dpkg_status, parse_dumpe2fs, parse_dumpe2fs_identity, parse_fstab, parse_grub_first_kernel, parse_os_release,
     parse_partition_table, plain_image_path, release_sort_key,
 )
 from ansible_collections.ext4audit.fleet.plugins.module_utils.kernel_version import identify, options_kernel
@@ -692,6 +701,11 @@ LINK_CAP = 4096  # PATH_MAX: the longest symlink target Linux follows
 SYMLINK_HOPS = 40  # MAXSYMLINKS: how many symlinks the kernel follows in one path lookup
 FSTAB_LINE_CAP = 4096  # mount(2) copies one page of options: a longer fstab entry cannot be mounted as written
 BOOT_FILE_CAP = 1024 * MIB  # a kernel or initrd extracted to boot the image
+DPKG_STATUS_CAP = 32 * MIB  # /var/lib/dpkg/status: some 3 MiB on a server image, 10 on a large desktop
+DPKG_STATUS = "/var/lib/dpkg/status"
+# The packages whose versions decide whether the image's boot loader and fsck read its filesystems
+# (rules/boot_tools.yml): GRUB's shared files (every GRUB platform package depends on them), e2fsprogs.
+BOOT_PACKAGES = ("grub-common", "grub2-common", "e2fsprogs")
 STDERR_KEPT = 64 * KIB
 FSCK_KEPT = 64 * KIB  # of e2fsck's output, the rest read and thrown away
 BZIMAGE_HEAD = 64 * KIB  # the setup header and the version string it points at sit in the first sectors
@@ -840,7 +854,7 @@ class ImageReader:
                  "errors": self.errors,
                  "image": {"path": self.params["image"], "format": None, "size": None, "partition_table": None,
                            "disk_id": None, "partitions": [], "root": None, "os_release": None, "kernels": [],
-                           "boot_kernel": None, "boot_files": None, "fstab_unresolved": None,
+                           "boot_kernel": None, "boot_files": None, "fstab_unresolved": None, "packages": None,
                            "unread": self.unread}}
         facts["image"].update(budget_s=self.params["budget"], steps=self.steps, incomplete=None)
         workdir = None
@@ -966,6 +980,10 @@ class ImageReader:
                 image["os_release"] = self.os_release()
             except Unread:
                 self.os_release_unread = True
+            try:
+                image["packages"] = self.packages()
+            except Unread:
+                pass  # recorded in image.unread: the rules that need the versions are undetermined
             try:
                 facts["kernel"] = self.kernels(image)
             except ImageError as exc:
@@ -1278,6 +1296,14 @@ class ImageReader:
             if data is not None:
                 return parse_os_release(data.decode("utf-8", "replace"))
         return None
+
+    def packages(self):
+        """The installed versions of BOOT_PACKAGES from the image's dpkg database, or None when it has
+        none (an rpm-based image: its database is not read). Raises Unread (recorded)."""
+        data = self.read_path(DPKG_STATUS, "packages", DPKG_STATUS_CAP)
+        if data is None:
+            return None
+        return parse_dpkg_status(data.decode("utf-8", "replace"), BOOT_PACKAGES)
 
     def identify(self, release, version, os_release):
         """identify() of an image's kernel. Without a readable os-release a kernel that looks like

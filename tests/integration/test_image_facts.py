@@ -545,6 +545,78 @@ def test_a_readable_image_passes(tmp_path):
     assert facts["image"]["incomplete"] is None and facts["image"]["budget_s"] == 600
 
 
+def write_dpkg_status(tree, installed, removed=()):
+    """var/lib/dpkg/status as dpkg writes it: stanzas with multi-line descriptions; `removed` packages
+    keep only their configuration files (not installed)."""
+    folder = os.path.join(tree, "var", "lib", "dpkg")
+    os.makedirs(folder)
+    stanzas = ["Package: base-files\nEssential: yes\nStatus: install ok installed\nVersion: 12.4+deb12u8\n"]
+    for name, version in installed.items():
+        stanzas.append("Package: %s\nStatus: install ok installed\nPriority: optional\nVersion: %s\n"
+                       "Description: %s\n the package\n .\n Version: 0.0 (a continuation line)\n" % (name, version, name))
+    for name, version in removed:
+        stanzas.append("Package: %s\nStatus: deinstall ok config-files\nVersion: %s\n" % (name, version))
+    with open(os.path.join(folder, "status"), "w") as handle:
+        handle.write("\n".join(stanzas))
+
+
+NEW_FEATURES = "metadata_csum_seed,orphan_file"  # what mke2fs 1.47.0's own mke2fs.conf turns on
+
+
+@pytest.mark.parametrize("installed, removed, features, expected", [
+    # Debian 12's GRUB, Ubuntu 22.04's e2fsprogs, a root made by an upstream mke2fs 1.47: neither reads it
+    ({"grub-common": "2.06-13+deb12u1", "e2fsprogs": "1.46.5-2ubuntu1.2"}, (), NEW_FEATURES,
+     [("IMAGE_FSCK_UNSUPPORTED_FEATURES", "/", "orphan_file"),
+      ("IMAGE_GRUB_CANNOT_READ_BOOT_FS", "/", "metadata_csum_seed")]),
+    ({"grub2-common": "1:2.12-1ubuntu7", "e2fsprogs": "1.47.0-2ubuntu1"}, (), NEW_FEATURES, []),
+    # GRUB removed (its configuration files left): nothing of the image needs to read /boot with it
+    ({"e2fsprogs": "1.47.0-2"}, [("grub-common", "2.06-13")], NEW_FEATURES, []),
+    # the features the image's own tools know
+    ({"grub-common": "2.06-13+deb12u1", "e2fsprogs": "1.46.5-2ubuntu1.2"}, (), "^metadata_csum_seed,^orphan_file", []),
+], ids=["old-tools", "new-tools", "no-grub", "old-features"])
+def test_the_image_tools_read_its_filesystems(tmp_path, installed, removed, features, expected):
+    """The image's own GRUB and e2fsck, by the versions in its dpkg database, against the features of
+    a real filesystem made here: what they cannot read fails the image."""
+    tree = readable_root(tmp_path)
+    write_dpkg_status(tree, installed, removed)
+    disk = str(tmp_path / "tools.raw")
+    mkfs(disk, tree, "32M", "-U", ROOT_UUID, "-O", features)
+    facts = image_facts(tmp_path, image=disk)
+    assert facts["image"]["packages"] == installed and facts["image"]["unread"] == [], reasons(facts)
+    verdict, report = offline_verdict(facts)
+    found = sorted((f["rule"], f["mountpoint"], " ".join(f["evidence"].get("derived.fsck_unsupported_features")
+                                                         or f["evidence"].get("derived.grub_unreadable_features")))
+                   for f in report["findings"] if f["rule"] in ("IMAGE_GRUB_CANNOT_READ_BOOT_FS",
+                                                                 "IMAGE_FSCK_UNSUPPORTED_FEATURES"))
+    assert found == expected, report["findings"]
+    assert verdict == ("fail" if expected else "pass"), report["findings"]
+
+
+def test_an_image_without_a_dpkg_database_leaves_its_tools_undetermined(tmp_path):
+    """An rpm-based image: the versions are not read, so the two rules are undetermined, never a pass
+    of what was not checked; the image's verdict does not turn on them."""
+    disk = str(tmp_path / "rpm.raw")
+    mkfs(disk, readable_root(tmp_path), "32M", "-U", ROOT_UUID, "-O", NEW_FEATURES)
+    facts = image_facts(tmp_path, image=disk)
+    assert facts["image"]["packages"] is None
+    _, undetermined, _ = engine.evaluate_host(facts, catalog_mod.load(os.path.join(ROOT, "rules")))
+    assert sorted((u["rule"], u["missing"][0]) for u in undetermined if u["rule"].startswith("IMAGE_")) == [
+        ("IMAGE_FSCK_UNSUPPORTED_FEATURES", "derived.fsck_unsupported_features"),
+        ("IMAGE_GRUB_CANNOT_READ_BOOT_FS", "derived.grub_unreadable_features")]
+
+
+def test_a_dpkg_database_that_is_a_fifo_is_unread(tmp_path):
+    tree = readable_root(tmp_path)
+    os.makedirs(os.path.join(tree, "var", "lib", "dpkg"))
+    os.mkfifo(os.path.join(tree, "var", "lib", "dpkg", "status"))
+    disk = str(tmp_path / "fifo.raw")
+    mkfs(disk, tree, "32M", "-U", ROOT_UUID)
+    facts = image_facts(tmp_path, image=disk)
+    assert facts["image"]["packages"] is None
+    assert facts["image"]["unread"] == [{"path": "/var/lib/dpkg/status", "reason": "not a regular file (a FIFO)"}]
+    assert offline_verdict(facts)[0] == "fail"
+
+
 def test_fstab_symlink_is_read_through_inside_the_image(tmp_path):
     """/etc/fstab -> fstab.real (relative) whose second entry names a UUID the image lacks: the link was
     not followed, the fstab skipped and the image passed; now it is read through the link and fails."""

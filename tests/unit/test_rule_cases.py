@@ -44,8 +44,8 @@ def _fields(paths, prefix=""):
 
 _FILESYSTEM = fact_paths.FILESYSTEM + fact_paths.IMAGE_FILESYSTEM
 _KERNEL = fact_paths.KERNEL + fact_paths.IMAGE_KERNEL
-# What a case may set, by where it is in the record (the engine reads image.fstab_unresolved and
-# image.unread of a disk image's record for host.fstab_unresolved_count and host.image_unread_count).
+# What a case may set, by where it is in the record (of a disk image's record, what the engine reads:
+# fact_paths.IMAGE).
 FIELDS = {
     "facts": frozenset({"kernel", "filesystems", "netfs", "image"}),
     "kernel": _fields(_KERNEL), "kernel.os_release": _fields(_KERNEL, "os_release."),
@@ -54,7 +54,7 @@ FIELDS = {
     "filesystem.fstab": _fields(_FILESYSTEM, "fstab."), "filesystem.fsck": _fields(_FILESYSTEM, "fsck."),
     "filesystem.usage": _fields(_FILESYSTEM, "usage."),
     "filesystem.options_kernel": _fields(_FILESYSTEM, "options_kernel."),
-    "netfs": frozenset(fact_paths.NETFS), "image": frozenset({"fstab_unresolved", "unread"}),
+    "netfs": frozenset(fact_paths.NETFS), "image": frozenset(fact_paths.IMAGE),
 }
 
 
