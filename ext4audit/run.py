@@ -35,6 +35,7 @@ import sys
 import tempfile
 
 from . import forkserver
+from .parsers import own_folders
 
 EXIT_FILE_VAR = "ext4_audit_exit_file"
 RECORD_MAX = 64 * 1024
@@ -46,7 +47,6 @@ VERDICT_CODES = {"pass": 0, "fail": 1, "incomplete": ERROR}  # reports.EXIT_CODE
 # ansible-playbook options that list or check the playbook and run nothing: no verdict is expected
 LISTING_OPTIONS = ("--list-tasks", "--list-hosts", "--list-tags", "--syntax-check")
 WORK_PREFIX = "ext4audit-run-"  # this command's private folders in the temporary directory
-PID_FILE = "pid"  # in a private folder: the process that made it (a folder of a dead one is stale)
 RUN_ENV = "EXT4AUDIT_RUN_TOKEN"  # marks every process of one run (kill_run)
 STOP_GRACE_S = 10  # after a forwarded TERM/INT, the run's processes left are killed
 WATCHDOG_OPTION = "--watchdog-for-run"  # `python -m ext4audit.run --watchdog-for-run TOKEN`: start_watchdog's process
@@ -86,44 +86,9 @@ def listing_mode(argv: list) -> bool:
     return any(arg in LISTING_OPTIONS for arg in argv)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale(parent: str) -> list:
-    """Remove the private folders of earlier runs that were killed: only WORK_PREFIX folders of
-    this user (not symlinks) whose PID_FILE names a process that no longer exists."""
-    removed = []
-    try:
-        names = os.listdir(parent)
-    except OSError:
-        return removed
-    for name in names:
-        path = os.path.join(parent, name)
-        try:
-            st = os.lstat(path)
-            if not name.startswith(WORK_PREFIX) or not stat_is_own_dir(st):
-                continue
-            with open(os.path.join(path, PID_FILE), "rb") as handle:
-                pid = int(handle.read(32))
-        except (OSError, ValueError):
-            continue  # not ours, or a folder of an older version (no pid): left alone
-        if pid > 0 and not _alive(pid):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
-
-
-def stat_is_own_dir(st: os.stat_result) -> bool:
-    """A real folder (no symlink) of this user."""
-    import stat  # pylint: disable=import-outside-toplevel
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+    """Remove the private folders of earlier runs that were killed (own_folders.sweep)."""
+    return own_folders.sweep(parent, WORK_PREFIX)
 
 
 def run_processes(token: str) -> list:
@@ -219,8 +184,7 @@ def main(argv):
     sweep_stale(tempfile.gettempdir())
     token = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix=WORK_PREFIX) as private:  # mode 0700: only we write there
-        with open(os.path.join(private, PID_FILE), "w") as handle:
-            handle.write("%d\n" % os.getpid())
+        own_folders.claim(private)  # a folder of a killed run is removed at the next start
         exit_file = os.path.join(private, "verdict.json")
         command = [ansible_playbook()] + argv + ["-e", json.dumps({EXIT_FILE_VAR: exit_file})]
         # the playbook's `ext4audit` commands run in forks of this process (forkserver.py)

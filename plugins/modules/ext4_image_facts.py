@@ -42,7 +42,8 @@ description:
   - A qcow2 image is converted to a temporary raw copy with C(qemu-img) (removed afterwards); one
     with a backing or external data file is refused, since it would read other files, and so is one
     whose virtual size (the raw copy's size, however small the qcow2 file is) is more than
-    O(tmp_dir) has free.
+    O(tmp_dir) has free. The folders of raw copies that killed checks left in O(tmp_dir) (this
+    user's, named C(ext4-image-*), whose process is gone) are removed at the next start.
   - Never fails on a bad image; what cannot be read becomes an entry in C(errors).
 options:
   image:
@@ -682,8 +683,10 @@ from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers impor
     parse_partition_table, plain_image_path, release_sort_key,
 )
 from ansible_collections.ext4audit.fleet.plugins.module_utils.kernel_version import identify, options_kernel
+from ansible_collections.ext4audit.fleet.plugins.module_utils.own_folders import claim, sweep
 
 QCOW2_MAGIC = b"QFI\xfb"
+WORK_PREFIX = "ext4-image-"  # the folder of a qcow2 image's raw copy, in tmp_dir
 # E2FSCK_CONFIG: the controller's /etc/e2fsck.conf (logging, fix-up policies) has no say in the check
 ENV = {"LC_ALL": "C", "LANG": "C", "E2FSCK_CONFIG": "/dev/null"}
 BANNER = re.compile(r"^(debugfs|dumpe2fs|e2fsck) \d+\.\d+")
@@ -862,7 +865,8 @@ class ImageReader:
             path = os.path.abspath(self.params["image"])
             facts["image"]["format"] = self.check_image(path)
             if facts["image"]["format"] == "qcow2":
-                workdir = tempfile.mkdtemp(prefix="ext4-image-", dir=self.params["tmp_dir"])
+                workdir = tempfile.mkdtemp(prefix=WORK_PREFIX, dir=self.params["tmp_dir"])
+                claim(workdir)  # a check killed before it removes the folder: the next one does
                 with self.step(STEP_QCOW2):
                     self.raw = self.qcow2_to_raw(path, workdir)
             else:
@@ -1461,6 +1465,10 @@ def main():
         ),
         supports_check_mode=True,
     )
+    # The raw copies that checks killed before their cleanup left (each as large as its image's disk)
+    swept = sweep(module.params["tmp_dir"] or tempfile.gettempdir(), WORK_PREFIX)
+    if swept:
+        module.warn("removed the work folders that %d killed earlier check(s) left: %s" % (len(swept), ", ".join(swept)))
     module.exit_json(changed=False, ext4_image_facts=ImageReader(module).collect())
 
 

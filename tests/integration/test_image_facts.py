@@ -99,6 +99,11 @@ def partitioned(path, label, layout, filesystems):
 
 def image_facts(tmp_path, **args):
     """Run the module through ansible's ad-hoc mode (JSON arguments: paths are data)."""
+    return image_facts_and_output(tmp_path, **args)[0]
+
+
+def image_facts_and_output(tmp_path, **args):
+    """image_facts, and what ansible printed (its warnings)."""
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     tree = tmp_path / "tree"
     result = subprocess.run([os.path.join(VENV_BIN, "ansible"), "localhost", "-m", "ext4_image_facts", "-a",
@@ -109,7 +114,7 @@ def image_facts(tmp_path, **args):
     with open(tree / "localhost") as handle:
         result = json.load(handle)
     assert result["changed"] is False and "exception" not in result, out
-    return result["ext4_image_facts"]
+    return result["ext4_image_facts"], out
 
 
 def assert_documented(facts):
@@ -615,6 +620,53 @@ def test_a_dpkg_database_that_is_a_fifo_is_unread(tmp_path):
     assert facts["image"]["packages"] is None
     assert facts["image"]["unread"] == [{"path": "/var/lib/dpkg/status", "reason": "not a regular file (a FIFO)"}]
     assert offline_verdict(facts)[0] == "fail"
+
+
+def dead_pid():
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+@pytest.fixture
+def shared_folder():
+    """A world-writable sticky folder (a /var/tmp) that the unprivileged attacker can reach."""
+    path = "/dev/shm/ext4audit-shared-%d-%d" % (os.getpid(), time.monotonic_ns())
+    os.mkdir(path)
+    os.chmod(path, 0o1777)
+    yield path
+    run(["rm", "-rf", "--one-file-system", path])
+
+
+def test_work_folders_of_killed_checks_are_swept_and_nothing_else(tmp_path, shared_folder):
+    """A check killed while it converts a qcow2 image leaves its raw copy (as large as the image's
+    disk). The next check removes such folders: only its own kind, this user's, mode 0700, whose
+    process is gone; an unprivileged user's look-alikes in the shared folder are left alone."""
+    victim = tmp_path / "victim"
+    victim.mkdir(mode=0o700)
+    (victim / "pid").write_text("%d\n" % dead_pid())
+    (victim / "keep").write_text("root's file")
+    # the attacker (nobody) plants a symlink to root's folder and a folder of their own, both with
+    # the prefix and a dead pid
+    attack = ("import os, sys; os.symlink(sys.argv[2], sys.argv[1] + '/ext4-image-link'); "
+              "os.mkdir(sys.argv[1] + '/ext4-image-theirs', 0o700); "
+              "open(sys.argv[1] + '/ext4-image-theirs/pid', 'w').write(sys.argv[3])")
+    run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--", "/usr/bin/python3", "-c", attack,
+         shared_folder, str(victim), "%d\n" % dead_pid()])
+    stale, live = os.path.join(shared_folder, "ext4-image-stale"), os.path.join(shared_folder, "ext4-image-live")
+    for folder, pid in ((stale, dead_pid()), (live, os.getpid())):
+        os.mkdir(folder, 0o700)
+        with open(os.path.join(folder, "pid"), "w") as handle:
+            handle.write("%d\n" % pid)
+        with open(os.path.join(folder, "image.raw"), "wb") as handle:
+            handle.write(b"\0" * 4096)
+    disk = str(tmp_path / "good.raw")
+    mkfs(disk, readable_root(tmp_path), "32M", "-U", ROOT_UUID)
+    facts, out = image_facts_and_output(tmp_path, image=disk, tmp_dir=shared_folder)
+    assert facts["image"]["root"] is not None, reasons(facts)
+    assert sorted(os.listdir(shared_folder)) == ["ext4-image-link", "ext4-image-live", "ext4-image-theirs"]
+    assert sorted(os.listdir(str(victim))) == ["keep", "pid"]
+    assert "removed the work folders that 1 killed earlier check(s) left: %s" % stale in " ".join(out.split()), out
 
 
 def test_fstab_symlink_is_read_through_inside_the_image(tmp_path):

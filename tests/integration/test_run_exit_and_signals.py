@@ -14,6 +14,7 @@ import pytest
 from conftest import ROOT
 
 from ext4audit import run as run_module
+from ext4audit.parsers import own_folders
 
 PYTHON = sys.executable
 
@@ -48,12 +49,12 @@ def test_listing_modes_are_not_a_gate(mode):
 SLEEPER = "3217.5"  # a sleep only these tests start, found by its command line
 
 
-def sleepers():
+def sleepers(duration=SLEEPER):
     found = []
     for entry in os.listdir("/proc"):
         try:
             with open("/proc/%s/cmdline" % entry, "rb") as handle:
-                if handle.read().split(b"\0")[:2] == [b"sleep", SLEEPER.encode()]:
+                if handle.read().split(b"\0")[:2] == [b"sleep", duration.encode()]:
                     found.append(int(entry))
         except (OSError, ValueError):
             continue
@@ -104,7 +105,7 @@ def test_sigterm_ends_the_whole_run(sleeping_run):
 def recorded_pid(name):
     """The pid a private folder records (other runs' folders, of other users or versions, may have none)."""
     try:
-        with open(os.path.join(tempfile.gettempdir(), name, run_module.PID_FILE)) as handle:
+        with open(os.path.join(tempfile.gettempdir(), name, own_folders.PID_FILE)) as handle:
             return int(handle.read())
     except (OSError, ValueError):
         return None
@@ -122,15 +123,59 @@ def test_sigkill_of_the_wrapper_ends_the_run_and_its_folder_is_swept(sleeping_ru
     assert not os.path.exists(mine[0])
 
 
+def playbook_processes(playbook):
+    """The ansible-playbook processes (and their forks) running this playbook."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % entry, "rb") as handle:
+                if playbook.encode() in handle.read().split(b"\0"):
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+SHORT_SLEEPER = "6.125"  # a short wait before the audit, found by its command line
+
+
+def test_an_audit_whose_wrapper_was_killed_never_moves_latest(tmp_path):
+    """Before the watchdog, ansible-playbook outlived a SIGKILLed `ext4audit run`, went on with the
+    audit and moved reports/latest to a run nobody was waiting for. Now the run ends with its
+    wrapper: once no process of it is left, no run folder has been published."""
+    playbook = tmp_path / "slow-audit.yml"
+    playbook.write_text(textwrap.dedent("""
+        - hosts: localhost
+          gather_facts: false
+          tasks:
+            - name: Something slow before the audit
+              ansible.builtin.command:
+                argv: [sleep, "%s"]
+        - ansible.builtin.import_playbook: %s
+    """ % (SHORT_SLEEPER, os.path.join(ROOT, "playbooks", "audit.yml"))))
+    reports = tmp_path / "reports"
+    process = wrapper([str(playbook), "-e", "chopper_probe_enabled=false", "-e", "ext4_audit_reports_dir=%s" % reports])
+    try:
+        assert wait_for(lambda: sleepers(SHORT_SLEEPER), 60), "the playbook's first task did not start"
+        process.kill()
+        process.communicate()
+        # an orphaned playbook would finish the wait, then the audit (some 10 s), then publish it
+        assert wait_for(lambda: not playbook_processes(str(playbook)), 120), "the playbook outlived its wrapper"
+        assert not (reports / "latest").exists() and not (reports.exists() and os.listdir(str(reports)))
+    finally:
+        for pid in playbook_processes(str(playbook)) + sleepers(SHORT_SLEEPER):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_the_sweep_leaves_live_and_foreign_folders(tmp_path):
     live = tmp_path / (run_module.WORK_PREFIX + "live")
-    live.mkdir()
-    (live / run_module.PID_FILE).write_text("%d\n" % os.getpid())
+    live.mkdir(mode=0o700)
+    (live / own_folders.PID_FILE).write_text("%d\n" % os.getpid())
     no_pid = tmp_path / (run_module.WORK_PREFIX + "old")
     no_pid.mkdir()
     other = tmp_path / "other-folder"
     other.mkdir()
-    (other / run_module.PID_FILE).write_text("999999999\n")
+    (other / own_folders.PID_FILE).write_text("999999999\n")
     link = tmp_path / (run_module.WORK_PREFIX + "link")
     link.symlink_to(other)
     assert run_module.sweep_stale(str(tmp_path)) == []
