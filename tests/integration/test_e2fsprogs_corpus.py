@@ -38,6 +38,7 @@ KEPT = os.path.join(FIXTURES, "e2fsprogs")
 # the corpus's filesystems are at most 32 MiB and take e2fsck well under a second.
 FSCK_S = 10
 HANG_S = 120  # one image's whole check
+BUDGET_S = 60  # the module's own budget for one image (ami_precheck_budget_s): none may run out of it
 OPENERS = {".gz": gzip.open, ".bz2": bz2.open, "": open}
 
 
@@ -92,11 +93,11 @@ def check_image(name, source, work, catalog):
         fsck_rc = None  # no verdict from e2fsck: not clean
     before = sha256(raw)
     outcome = {"name": name, "e2fsck_rc": fsck_rc, "hang": False, "traceback": None, "verdict": None,
-               "status": None, "rules": [], "errors": 0}
+               "status": None, "rules": [], "errors": 0, "past_budget": None}
     start = time.monotonic()
     try:
         result = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "image_module.py"),
-                                 json.dumps({"image": raw, "scan_timeout": FSCK_S})], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 json.dumps({"image": raw, "scan_timeout": FSCK_S, "budget": BUDGET_S})], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 timeout=HANG_S)
     except subprocess.TimeoutExpired:
         outcome["hang"] = True
@@ -112,6 +113,7 @@ def check_image(name, source, work, catalog):
         return outcome
     outcome["unchanged"] = sha256(raw) == before
     facts = answer["ext4_image_facts"]
+    outcome["past_budget"] = facts["image"]["incomplete"]
     # The facts record playbooks/ami_precheck.yml writes for the offline host, read as the report step reads it.
     record_path = os.path.join(work, name + ".json")
     with open(record_path, "w") as out:
@@ -140,6 +142,7 @@ def tally(outcomes):
         "with clear errors": sum(1 for o in outcomes if o["errors"]),
         "tracebacks": sum(1 for o in outcomes if o["traceback"]),
         "hangs": sum(1 for o in outcomes if o["hang"]),
+        "past the budget": sum(1 for o in outcomes if o["past_budget"]),
         "passes": sum(1 for o in outcomes if o["verdict"] == "pass"),
         "IMAGE_FS_NOT_CLEAN": sum(1 for o in outcomes if "IMAGE_FS_NOT_CLEAN" in o["rules"]),
         "not audited (incomplete)": sum(1 for o in outcomes if o["status"] == "failed"),
@@ -154,6 +157,7 @@ def assert_judged(outcomes):
     print("\n" + json.dumps(counts, indent=1))
     assert not [o for o in outcomes if o["traceback"]], [(o["name"], o["traceback"]) for o in outcomes if o["traceback"]]
     assert not [o["name"] for o in outcomes if o["hang"]]
+    assert not [(o["name"], o["past_budget"]) for o in outcomes if o["past_budget"]]
     assert not [o["name"] for o in outcomes if not o["unchanged"]]
     assert not [o["name"] for o in outcomes if o["verdict"] == "pass"]
     assert counts["damaged and judged only by IMAGE_NO_KERNEL"] == []
