@@ -13,7 +13,7 @@ import os
 import re
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from . import contract, safe_yaml
+from . import contract
 
 DATA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rules", "boot_tools.yml")
 TOOLS = ("grub", "e2fsprogs")
@@ -27,14 +27,7 @@ class BootToolsError(ValueError):
 
 def load(path: str = DATA_FILE) -> dict:
     """The data file, checked against contract.BootTools."""
-    try:
-        doc = safe_yaml.load(path)
-    except (OSError, safe_yaml.Error, ValueError, RecursionError) as exc:
-        raise BootToolsError("cannot read %s: %s" % (path, exc))
-    try:
-        contract.check(doc, contract.BootTools, path)
-    except contract.ContractError as exc:
-        raise BootToolsError(str(exc))
+    doc = contract.load_data(path, contract.BootTools, BootToolsError)
     for tool in TOOLS:
         for feature, release in doc[tool]["reads_since"].items():
             if not _RELEASE.match(release):

@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Literal, Optional, Tuple
 import msgspec
 from msgspec import Meta, Struct
 
-from . import ROOT, SEVERITIES, fact_paths
+from . import ROOT, SEVERITIES, fact_paths, safe_yaml
 from .parsers import ext4_parsers
 
 FACTS_SCHEMA = ext4_parsers.FACTS_SCHEMA
@@ -672,6 +672,20 @@ class BootTools(Struct, forbid_unknown_fields=True):
 
 
 # ------------------------------------------------------------------ decoding
+def load_data(path: str, model: type, error: type) -> dict:
+    """A data file of the rules folder, read and checked against model. Any problem is raised as
+    error: "cannot read PATH: why", or the ContractError's "PATH: $.field: what is wrong"."""
+    try:
+        doc = safe_yaml.load(path)
+    except (OSError, safe_yaml.Error, ValueError, RecursionError) as exc:
+        raise error("cannot read %s: %s" % (path, exc))
+    try:
+        check(doc, model, path)
+    except ContractError as exc:
+        raise error(str(exc))
+    return doc
+
+
 def check(doc, model, where):
     """doc (JSON values) checked against model: a ContractError "where (host 'h'): $.field: what
     is wrong" (the host when the document names one)."""

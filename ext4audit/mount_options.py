@@ -11,7 +11,7 @@ engine.py) and by the kernel gate (the candidate's kernel, kernel_gate.py).
 import functools
 import os
 
-from . import contract, safe_yaml
+from . import contract
 from .parsers import kernel_version
 
 DATA_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rules", "removed_mount_options.yml")
@@ -23,14 +23,7 @@ class MountOptionsError(ValueError):
 
 def load(path: str = DATA_FILE) -> dict:
     """The data file, checked: its shape (contract.RemovedMountOptions) and every removed_in."""
-    try:
-        doc = safe_yaml.load(path)
-    except (OSError, safe_yaml.Error, ValueError, RecursionError) as exc:
-        raise MountOptionsError("cannot read %s: %s" % (path, exc))
-    try:
-        contract.check(doc, contract.RemovedMountOptions, path)
-    except contract.ContractError as exc:
-        raise MountOptionsError(str(exc))
+    doc = contract.load_data(path, contract.RemovedMountOptions, MountOptionsError)
     for index, entry in enumerate(doc["removed"]):
         try:
             kernel_version.compare_upstream(entry["removed_in"], entry["removed_in"])
