@@ -66,7 +66,7 @@ def test_a_typo_stops_the_audit_before_any_host_is_contacted(tmp_path, case):
         "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
         "      ansible_python_interpreter: \"{{ ansible_playbook_python }}\"\n"
         "    fleet-host:\n      ansible_host: 127.0.0.1\n      ansible_port: %d\n" % free_port())
-    shutil.copy(os.path.join(ROOT, "inventories", "example", "waivers.yml"), str(inventory / "waivers.yml"))
+    shutil.copy(os.path.join(ROOT, "inventories", "example", ".ext4audit", "waivers.yml"), str(inventory / "waivers.yml"))
     replace_in(os.path.join(project, target), old, new)
     # PYTHONPATH: the venv's ext4audit command imports the copy's package (the venv's own is an
     # editable install of the checkout, found after sys.path)
