@@ -521,7 +521,7 @@ class Waiver(Struct, forbid_unknown_fields=True):
 
 
 class WaiverFile(Struct, forbid_unknown_fields=True):
-    """The waiver file (inventory folder, waivers.yml)."""
+    """The waiver file (the inventory folder's .ext4audit/waivers.yml)."""
     waivers: Optional[List[Waiver]] = None
 
 

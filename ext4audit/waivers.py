@@ -1,6 +1,6 @@
 """Waivers: accepted findings, with a reason, an approver and an expiry date.
 
-File format (YAML, kept in the inventory folder as waivers.yml):
+File format (YAML, kept in the inventory folder as .ext4audit/waivers.yml):
 
     waivers:
       - rule: EXT4_DIOREAD_NOLOCK_NODELALLOC    # a rule id, required
