@@ -104,7 +104,7 @@ def table(summary: dict, limit: int = TABLE_ROWS, screen: int = SCREEN) -> str:
     rules and read errors, the local filesystems of other types ("not audited: xfs at /srv"), the
     expired waivers and the kernel findings; then the baseline line and the verdict line. At most
     `screen` lines however many hosts: the table gives up rows (down to MIN_ROWS) for the lines under
-    it. The verdict line is always last (the playbook's failure message is that line)."""
+    it. The verdict line is always last."""
     hosts = sorted(summary["hosts"], key=reports.attention_order)
     under = (unresolved_lines(summary) + not_audited_lines(hosts) + expired_lines(summary) + kernel_lines(summary)
              + baseline_lines(summary) + ["verdict: %s: %s" % (summary["verdict"], tty(summary["reason"]))])

@@ -67,3 +67,21 @@ def test_two_hosts_print_no_progress_and_a_line_each(tmp_path):
     assert not re.search(r"\d+/2 hosts", out), out
     assert re.search(r"^Sleep a little: alias-00 ok \(1 tasks, [0-9.]+ s\)$", out, re.M), out
     assert re.search(r"^alias-01\s+: ok=1\s+changed=0", out, re.M), out  # Ansible's own recap
+
+
+def test_the_verdict_is_said_once_with_either_callback(tmp_path):
+    # One host unreachable: the verdict is incomplete (exit 2) whatever this machine's findings.
+    hosts = tmp_path / "hosts.yml"
+    hosts.write_text("all:\n  vars:\n    ext4_audit_become: false\n  hosts:\n"
+                     "    localhost: {ansible_connection: local, ansible_python_interpreter: '{{ ansible_playbook_python }}'}\n"
+                     "    gone-1: {ansible_host: 127.0.0.1, ansible_port: 9, ansible_connection: ssh, ansible_ssh_common_args:"
+                     " '-o ConnectTimeout=3 -o BatchMode=yes -o StrictHostKeyChecking=no'}\n")
+    for callback in ("default", "ext4audit.fleet.audit"):  # default: what AWX shows
+        result = subprocess.run([os.path.join(VENV_BIN, "python"), "-m", "ext4audit", "run", "--", "-i", str(hosts),
+                                 "playbooks/audit.yml", "-e", "chopper_probe_enabled=false",
+                                 "-e", "ext4_audit_reports_dir=%s" % (tmp_path / callback)], cwd=ROOT,
+                                env=dict(ENV, ANSIBLE_STDOUT_CALLBACK=callback),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        out = result.stdout.decode(errors="replace")
+        assert result.returncode == 2 and out.count("verdict: incomplete: ") == 1, (callback, out)
+        assert "stopped by the gate: exit 2 (incomplete, or the report step could not run)" in out, (callback, out)
