@@ -23,7 +23,7 @@ PLAYBOOK = """- name: Sleep a little
 
 def inventory(path, aliases, unreachable=0):
     """Local aliases (ansible_connection: local), and hosts whose SSH port refuses."""
-    lines = ["all:", "  hosts:"]
+    lines = ["all:", "  vars:", "    ext4_audit_become: false", "  hosts:"]
     lines += ["    alias-%02d: {ansible_connection: local, ansible_python_interpreter: '{{ ansible_playbook_python }}'}"
               % n for n in range(aliases)]
     lines += ["    gone-%d: {ansible_host: 127.0.0.1, ansible_port: 9, ansible_connection: ssh, "
@@ -71,13 +71,9 @@ def test_two_hosts_print_no_progress_and_a_line_each(tmp_path):
 
 def test_the_verdict_is_said_once_with_either_callback(tmp_path):
     # One host unreachable: the verdict is incomplete (exit 2) whatever this machine's findings.
-    hosts = tmp_path / "hosts.yml"
-    hosts.write_text("all:\n  vars:\n    ext4_audit_become: false\n  hosts:\n"
-                     "    localhost: {ansible_connection: local, ansible_python_interpreter: '{{ ansible_playbook_python }}'}\n"
-                     "    gone-1: {ansible_host: 127.0.0.1, ansible_port: 9, ansible_connection: ssh, ansible_ssh_common_args:"
-                     " '-o ConnectTimeout=3 -o BatchMode=yes -o StrictHostKeyChecking=no'}\n")
+    hosts = inventory(tmp_path / "hosts.yml", 1, unreachable=1)
     for callback in ("default", "ext4audit.fleet.audit"):  # default: what AWX shows
-        result = subprocess.run([os.path.join(VENV_BIN, "python"), "-m", "ext4audit", "run", "--", "-i", str(hosts),
+        result = subprocess.run([os.path.join(VENV_BIN, "python"), "-m", "ext4audit", "run", "--", "-i", hosts,
                                  "playbooks/audit.yml", "-e", "chopper_probe_enabled=false",
                                  "-e", "ext4_audit_reports_dir=%s" % (tmp_path / callback)], cwd=ROOT,
                                 env=dict(ENV, ANSIBLE_STDOUT_CALLBACK=callback),
