@@ -124,7 +124,8 @@ def _report(args, run_dir):
     if args.verdict_file:
         reports.write_verdict(args.verdict_file, args.run_dir, summary, args.gate)
     sys.stdout.write(reports.json_text(summary) if args.print == "json" else
-                     "".join(line + "\n" for line in since) + terminal.table(summary) + "\n")
+                     "".join(line + "\n" for line in since)
+                     + terminal.table(summary, screen=terminal.SCREEN - len(since)) + "\n")
     return reports.EXIT_CODES[summary["verdict"]]
 
 

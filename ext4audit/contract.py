@@ -422,6 +422,15 @@ class KernelGroup(Struct):
     sample: List[str]
 
 
+class UnresolvedGroup(Struct):
+    """The hosts that share an undetermined rule (and its missing facts) or a read error."""
+    kind: Literal["undetermined", "read error"]
+    subject: str
+    detail: str
+    hosts: int
+    sample: List[str]
+
+
 class Summary(Struct):
     """reports/<run>/summary.json: the verdict; written last, so its presence marks a complete run."""
     schema: Literal[SUMMARY_SCHEMA]
@@ -437,6 +446,7 @@ class Summary(Struct):
     probe: Optional[SummaryProbe] = None
     baseline: Optional[BaselineDiff] = None
     kernel_groups: Optional[List[KernelGroup]] = None
+    unresolved_groups: Optional[List[UnresolvedGroup]] = None
 
 
 # ------------------------------------------------------------------ findings index

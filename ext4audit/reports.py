@@ -318,17 +318,48 @@ def host_fail_on(report, fail_on):
     return (report.get("policy") or {}).get("fail_on") or fail_on
 
 
-UNRESOLVED_NAMED = 3  # per host, under the end-of-run table; the host report has them all
+UNRESOLVED_NAMED = 3  # per host in summary.json's host rows; the host report has them all
 
 
 def unresolved(undetermined, errors):
-    """The first undetermined rules and read errors of a host, one short line each, for the table."""
+    """The first undetermined rules and read errors of a host, one short line each (summary.json's host rows)."""
     lines = ["undetermined %s%s: missing %s" % (item.get("rule"), " on %s" % item["mountpoint"] if item.get("mountpoint")
                                                 else "", ", ".join(item.get("missing") or []))
              for item in undetermined]
     lines += ["read error (%s): %s" % (error.get("where"), error.get("reason")) for error in errors]
     return [line[:160] for line in lines[:UNRESOLVED_NAMED]] + (
         ["... %d more (host report)" % (len(lines) - UNRESOLVED_NAMED)] if len(lines) > UNRESOLVED_NAMED else [])
+
+
+UNDETERMINED, READ_ERROR = "undetermined", "read error"
+
+
+def unresolved_keys(undetermined: list, errors: list) -> list:
+    """What a host could not settle, one (kind, subject, detail) per kind of gap whatever the mount
+    point: (undetermined, rule, the missing facts) and (read error, where, why). Hosts with the same
+    key are one line of the end-of-run table (unresolved_groups)."""
+    keys = set((UNDETERMINED, str(item.get("rule")), ", ".join(item.get("missing") or [])) for item in undetermined)
+    keys.update((READ_ERROR, str(error.get("where")), str(error.get("reason"))[:160]) for error in errors)
+    return sorted(keys)
+
+
+UNRESOLVED_GROUP_SAMPLE = 3  # host names kept per group; the host reports name them all
+
+
+def unresolved_groups(digests: list) -> list:
+    """The fleet's undetermined rules and read errors, one entry per unresolved_keys key: kind,
+    subject (the rule, or where the read failed), detail (the missing facts, or the error), hosts
+    (how many) and sample (the first host names). Largest first."""
+    groups = {}
+    for digest_ in digests:
+        for key in digest_.get("unresolved_keys") or ():
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = {"kind": key[0], "subject": key[1], "detail": key[2], "hosts": 0, "sample": []}
+            group["hosts"] += 1
+            if len(group["sample"]) < UNRESOLVED_GROUP_SAMPLE:
+                group["sample"].append(digest_["host"])
+    return sorted(groups.values(), key=lambda g: (-g["hosts"], g["kind"] != UNDETERMINED, g["subject"], g["detail"]))
 
 
 def not_audited_lines(report: dict) -> list:
@@ -372,6 +403,7 @@ def digest(report, fail_on, fail_on_new=False, compared=False):
                 "probe": (section or {}).get("status")},
         "by_severity": by_severity, "by_rule": by_rule, "metrics": sorted(metrics.items()),
         "undetermined": len(undetermined),
+        "unresolved_keys": unresolved_keys(undetermined, errors),
         "kernel_actions": kernel_actions,
         "bad": [(f["rule"], f["severity"]) for f in fails_policy],
         "expired_waivers": expired,
@@ -511,6 +543,7 @@ def summarize_digests(digests, run_id, fail_on, unreachable_is_incomplete, now, 
         "probe": {"hosts": [d["probe"] for d in digests if d["probe"]], "failed": probe_failed},
         "baseline": baseline,
         "kernel_groups": kernel_groups(digests),
+        "unresolved_groups": unresolved_groups(digests),
     }
 
 

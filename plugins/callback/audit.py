@@ -12,10 +12,13 @@ type: stdout
 short_description: Short screen output for the ext4 fleet audit (Ansible's default output with -v)
 description:
   - Without C(-v), prints one line per play and host when the play ends (the audit's phases, i.e.
-    prepare, facts, probe, report), each failure and unreachable host as it happens with its
+    prepare, facts, probe, report; a play of more than 10 hosts gets one line of counts instead),
+    while a play runs a line of how many hosts are done with the running task (at most every 2 s
+    and each tenth of the hosts, so short runs print none), each failure and unreachable host as it happens with its
     message, the probe's progress lines as they come (the sweep with its rate and the time left,
     each confirmation probe as it ends), the text of C(ansible.builtin.debug) tasks as plain lines
-    (the audit's summary table, verdict and report path), and Ansible's usual C(PLAY RECAP).
+    (the audit's summary table, verdict and report path), and Ansible's usual C(PLAY RECAP) (above 10
+    hosts, one line of counts and the hosts that failed or were unreachable).
   - With C(-v) or more, it is Ansible's C(default) callback, unchanged.
   - The project's C(ansible.cfg) selects it (C(stdout_callback = ext4audit.fleet.audit)); elsewhere set
     C(ANSIBLE_STDOUT_CALLBACK=ext4audit.fleet.audit).
@@ -37,6 +40,9 @@ from ansible.playbook.task_include import TaskInclude
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 
 PROGRESS_ACTIONS = ("ext4audit.fleet.ext4_probe_progress", "ext4_probe_progress")
+PER_HOST_LINES = 10  # a play of more hosts ends with one line of counts, not a line per host
+PROGRESS_EVERY_S = 2.0  # a "hosts done" line at most this often while a play runs...
+PROGRESS_STEP = 0.1  # ...and only after another tenth of the play's hosts is done with the task
 
 
 # A TaskResult's task, host and data: public attributes from ansible-core 2.19 on, private ones
@@ -69,6 +75,14 @@ def probe_line(text):
     return text
 
 
+def play_host_count(play):
+    """How many hosts the play runs on (its pattern, the --limit and the serial batch), or None."""
+    try:
+        return len(play.get_variable_manager()._inventory.get_hosts(play.hosts))
+    except Exception:  # no public way to ask; without the count there is no progress line
+        return None
+
+
 class CallbackModule(DefaultCallback):
     CALLBACK_VERSION = 2.0
     CALLBACK_TYPE = "stdout"
@@ -78,6 +92,9 @@ class CallbackModule(DefaultCallback):
         super(CallbackModule, self).__init__()
         self._phase = None  # (play name, start time, {host: [tasks, state, last result time]})
         self._printed = {}  # (host, task uuid) -> progress lines printed
+        self._hosts_total = None  # hosts of the running play
+        self._task_done = None  # [task name, hosts done with it, hosts done at the last progress line]
+        self._said_at = time.monotonic()  # when the last progress line (or the play's start) was
 
     def _full(self):
         """-v and more: Ansible's own output."""
@@ -94,16 +111,38 @@ class CallbackModule(DefaultCallback):
         entry[2] = time.monotonic()
         if state and entry[1] == "ok":
             entry[1] = state
+        self._hosts_done()
+
+    def _hosts_done(self):
+        """One more host is done with the running task: say how many are, now and then."""
+        if self._task_done is None or not self._hosts_total:
+            return
+        self._task_done[1] += 1
+        name, done, said = self._task_done
+        now = time.monotonic()
+        if (done < self._hosts_total and now - self._said_at >= PROGRESS_EVERY_S
+                and done - said >= PROGRESS_STEP * self._hosts_total):
+            self._task_done[2], self._said_at = done, now
+            self._say("%s: %d/%d hosts (%s)" % (self._phase[0], done, self._hosts_total, name))
 
     def _end_phase(self):
         if self._phase is None:
             return
         name, started, hosts = self._phase
+        self._phase = self._task_done = None
+        if len(hosts) > PER_HOST_LINES:  # the failed and unreachable ones were named as they happened
+            states = {}
+            for _tasks, state, _last in hosts.values():
+                states[state] = states.get(state, 0) + 1
+            last = max(entry[2] or started for entry in hosts.values())
+            self._say("%s: %d hosts: %s (%.1f s)" % (name, len(hosts), ", ".join(
+                "%d %s" % (states[state], state) for state in sorted(states, key=lambda state: (state != "ok", state))),
+                last - started), color=C.COLOR_OK if set(states) <= {"ok", "changed"} else C.COLOR_ERROR)
+            return
         for host in sorted(hosts):
             tasks, state, last = hosts[host]
             self._say("%s: %s %s (%d tasks, %.1f s)" % (name, host, state, tasks, (last or started) - started),
                       color=C.COLOR_OK if state == "ok" else C.COLOR_ERROR)
-        self._phase = None
 
     def _progress(self, result):
         """Print the probe's progress lines this task has not printed yet."""
@@ -122,10 +161,12 @@ class CallbackModule(DefaultCallback):
         self._end_phase()
         self._play = play
         self._phase = (play.get_name().strip(), time.monotonic(), {})
+        self._hosts_total, self._said_at = play_host_count(play), time.monotonic()
 
     def v2_playbook_on_task_start(self, task, is_conditional):
         if self._full():
             return super(CallbackModule, self).v2_playbook_on_task_start(task, is_conditional)
+        self._task_done = [task.get_name().strip(), 0, 0]
 
     def v2_playbook_on_handler_task_start(self, task):
         if self._full():
@@ -145,9 +186,23 @@ class CallbackModule(DefaultCallback):
         self._say("no hosts left to run on", color=C.COLOR_ERROR)
 
     def v2_playbook_on_stats(self, stats):
-        if not self._full():
-            self._end_phase()
-        return super(CallbackModule, self).v2_playbook_on_stats(stats)
+        if self._full():
+            return super(CallbackModule, self).v2_playbook_on_stats(stats)
+        self._end_phase()
+        hosts = sorted(stats.processed)
+        if len(hosts) <= PER_HOST_LINES:
+            return super(CallbackModule, self).v2_playbook_on_stats(stats)
+        # Ansible's recap has a line per host: at fleet size, the counts and the hosts that went wrong
+        totals = dict((host, stats.summarize(host)) for host in hosts)
+        bad = [host for host in hosts if totals[host]["failures"] or totals[host]["unreachable"]]
+        self._say("PLAY RECAP: %d hosts, %d failed, %d unreachable, changed=%d" % (
+            len(hosts), sum(totals[h]["failures"] > 0 for h in hosts), sum(totals[h]["unreachable"] > 0 for h in hosts),
+            sum(totals[h]["changed"] for h in hosts)), color=C.COLOR_ERROR if bad else C.COLOR_OK)
+        for host in bad[:PER_HOST_LINES]:
+            self._say("  %s: failed=%d unreachable=%d" % (host, totals[host]["failures"], totals[host]["unreachable"]),
+                      color=C.COLOR_ERROR)
+        if len(bad) > PER_HOST_LINES:
+            self._say("  ... %d more" % (len(bad) - PER_HOST_LINES), color=C.COLOR_ERROR)
 
     # ------------------------------------------------------------------ results
     def v2_runner_on_ok(self, result):

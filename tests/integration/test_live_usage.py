@@ -129,6 +129,6 @@ def test_a_real_xfs_is_listed_as_not_audited_in_the_host_report_and_the_terminal
     assert rc == 0, out
     report = load_json(os.path.join(str(reports), "latest", "hosts", "localhost.json"))
     assert {"mountpoint": mnt, "fstype": "xfs", "source": loop} in report["not_audited"]
-    assert "  localhost: not audited: xfs at %s" % mnt in out.splitlines()
+    assert "  not audited: xfs at %s on 1 host (localhost)" % mnt in out.splitlines()
     page = open(os.path.join(str(reports), "latest", "summary.md")).read()
     assert "- not audited: xfs at %s" % markdown.md(mnt) in page and "xfs <b>" not in page

@@ -303,27 +303,29 @@ def test_terminal_table_is_short_escaped_and_ends_with_the_verdict():
     hosts = [{"host": "h%03d" % n, "status": "audited", "worst": "low", "findings": 1, "failing": 0, "waived": 0,
               "probe": None, "new": None, "undetermined": 0, "errors": 0, "unresolved": []} for n in range(40)]
     hosts[30].update(worst="critical", findings=3, failing=2, waived=1, probe="ran", new=1)
-    # a dumpe2fs refusal: two rules undetermined, one read error, each named under the table
-    hosts[31].update(worst="medium", undetermined=2, errors=1, unresolved=reports.unresolved(
-        [{"rule": "EXT4_SMALL_JOURNAL", "mountpoint": "/", "missing": ["superblock.journal_bytes"]},
-         {"rule": "EXT4_INODE_128", "mountpoint": "/", "missing": ["superblock.inode_size"]}],
-        [{"where": "dumpe2fs /dev/vda1", "reason": "Permission denied\x1b[2J"}]))
+    # a dumpe2fs refusal: two rules undetermined, one read error, each named under the table once
+    # with the hosts that share it
+    undetermined = [{"rule": "EXT4_SMALL_JOURNAL", "mountpoint": "/", "missing": ["superblock.journal_bytes"]},
+                    {"rule": "EXT4_INODE_128", "mountpoint": "/", "missing": ["superblock.inode_size"]}]
+    errors = [{"where": "dumpe2fs /dev/vda1", "reason": "Permission denied\x1b[2J"}]
+    hosts[31].update(worst="medium", undetermined=2, errors=1, unresolved=reports.unresolved(undetermined, errors))
     hosts.append({"host": "evil\n\x1b[31mhost", "status": "unreachable", "worst": None, "findings": 0, "failing": 0,
                   "waived": 0, "probe": None, "new": None, "undetermined": 0, "errors": 0, "unresolved": []})
     diff = {"run_id": "run-0", "new": [{"host": "h030", "rule": "R", "severity": "critical", "mountpoint": HOSTILE,
                                         "device": "/dev/x", "why": "new"}],
             "resolved": [], "persisting": 5, "hosts_added": ["evil\n\x1b[31mhost"], "hosts_removed": []}
+    groups = reports.unresolved_groups([{"host": "h031", "unresolved_keys": reports.unresolved_keys(undetermined, errors)}])
     text = terminal.table({"hosts": hosts, "verdict": "incomplete", "reason": "1 host(s) not audited (x\ny)",
-                                   "baseline": diff}, limit=10)
+                           "baseline": diff, "unresolved_groups": groups}, limit=10)
     lines = text.splitlines()
     assert lines[0].split() == ["host", "worst", "findings", "undetermined", "read", "errors", "probe"]
     assert lines[1].startswith("evil\\n\\x1b[31mhost  not audited: unreachable")  # not audited first
     assert lines[2].split()[:3] == ["h030", "critical", "3"] and "(2 failing, 1 new, 1 waived)" in lines[2]
     assert lines[3].split() == ["h031", "medium", "1", "2", "1", "-"]
-    assert lines[11:14] == ["  h031: undetermined EXT4_SMALL_JOURNAL on /: missing superblock.journal_bytes",
-                            "  h031: undetermined EXT4_INODE_128 on /: missing superblock.inode_size",
-                            "  h031: read error (dumpe2fs /dev/vda1): Permission denied\\x1b[2J"]
-    assert lines[14] == "... 31 more host(s) (all in summary.md)"
+    assert lines[11] == "... 31 more hosts: see summary.md"
+    assert lines[12:15] == ["  EXT4_INODE_128 undetermined on 1 host: missing superblock.inode_size (h031)",
+                            "  EXT4_SMALL_JOURNAL undetermined on 1 host: missing superblock.journal_bytes (h031)",
+                            "  read error (dumpe2fs /dev/vda1) on 1 host: Permission denied\\x1b[2J (h031)"]
     assert lines[15].startswith("since baseline run-0: 1 new, 0 resolved, 5 persisting; hosts added: evil\\n")
     assert lines[-1] == "verdict: incomplete: 1 host(s) not audited (x\\ny)"
     assert "\x1b" not in text and len(lines) == 18

@@ -172,8 +172,8 @@ def test_the_host_report_and_the_terminal_name_every_filesystem_not_audited():
     summary = reports.summarize([report], "run-1", "high", True, NOW)
     contract.check(summary, contract.Summary, "summary")
     lines = terminal.table(summary).splitlines()
-    assert "  web-1: not audited: xfs at /srv/xfs" in lines
-    assert "  web-1: not audited: btrfs at /mnt/<b>x</b>\\n$(id)" in lines  # control characters escaped
+    assert "  not audited: xfs at /srv/xfs on 1 host (web-1)" in lines
+    assert "  not audited: btrfs at /mnt/<b>x</b>\\n$(id) on 1 host (web-1)" in lines  # control characters escaped
 
 
 def test_summary_md_and_report_html_escape_the_host_strings(tmp_path):

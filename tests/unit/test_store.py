@@ -90,7 +90,7 @@ def test_report_step_records_the_run_and_shows_first_seen(tmp_path):
     assert tonight and tonight.group(1) == tonight.group(2) and "first seen" not in out1
     assert "%s finding(s) tonight, 0 new\n" % tonight.group(1) in out2
     assert "  EXT4_NOBARRIER: 1, first seen %s\n" % seen in out2
-    assert out2.splitlines()[-1].startswith("verdict: ")  # the role's failure message reads the last line
+    assert out2.splitlines()[-1].startswith("verdict: ")  # the verdict is last, where people look
     with schema.open_store(str(tmp_path / "reports" / "history.sqlite")) as store:
         assert [r["run_id"] for r in history.runs(store)] == ["run-2", "run-1"]
 
