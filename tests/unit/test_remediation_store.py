@@ -11,7 +11,7 @@ import pytest
 from conftest import fixture_text
 from ext4audit.parsers import ext4_parsers as p
 from test_rules import facts, with_options
-from test_store import cli, reported_run
+from test_store import cli, reported_run, store_url  # noqa: F401  (the store fixture, SQLite and PostgreSQL)
 
 SMALL_SB = p.parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.47-small-journal-inode128.txt"))
 # mke2fs -t ext3 -I 128: no flex_bg, so tune2fs -I can grow its inodes (the fixture's are 256 bytes)
@@ -57,6 +57,14 @@ def test_the_store_gives_the_folders_plan_for_the_same_night(night):
     journal = [i for i in plan("db-1", ["--store", store], min_severity="low") if i["rule"] == "EXT4_SMALL_JOURNAL"]
     assert journal[0]["commands"][-1][-2].startswith("size=") and journal[0]["commands"][-1][-2] != "size="
     assert plan("down-1", ["--store", store]) == plan("down-1", ["--run-dir", run_dir]) == []
+
+
+def test_the_same_plan_from_either_database(tmp_path, store_url):
+    """In PostgreSQL as in SQLite (the password from PGPASSWORD, never in the URL)."""
+    run_dir, _ = reported_run(tmp_path, "night-1", HOSTS[:1], night="2026-11-27T03:00:00Z")
+    assert cli("history", "ingest", run_dir, "--store", store_url)[0] == 0
+    assert plan("db-1", ["--store", store_url], min_severity="low") == plan("db-1", ["--run-dir", run_dir],
+                                                                            min_severity="low") != []
 
 
 def test_the_night_is_the_latest_complete_one_unless_named(night, tmp_path):
