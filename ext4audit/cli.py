@@ -270,17 +270,30 @@ def cmd_plan(args):
 
 
 def cmd_remediate_plan(args):
-    """Print, as JSON, the fixes one host's findings in a run folder get (playbooks/remediate.yml)."""
+    """Print, as JSON, the fixes one host's findings in a run folder or a night of the store get (playbooks/remediate.yml)."""
     from . import remediation
     try:
         data = remediation.load(known_rules=list(catalog_mod.load().by_id))
-        items = remediation.plan_host(remediation.read_host_report(args.run_dir, args.host), data,
+        report = remediation.read_store_report(args.store, args.store_run, args.host) if args.store else \
+            remediation.read_host_report(args.run_dir, args.host)
+        items = remediation.plan_host(report, data,
                                       _json_arg(args.rules, list, "--rules"), args.min_severity,
                                       _json_arg(args.choices, dict, "--choices"))
     except (remediation.RemediationError, reports.ReportError) as exc:
         print("ext4audit remediate-plan: %s" % exc, file=sys.stderr)
         return 2
     print(json.dumps(items))
+    return 0
+
+
+def cmd_remediate_night(args):
+    """Print the night of the store the remediation reads: the given run id, checked complete, or the latest complete one."""
+    from . import remediation
+    try:
+        print(remediation.store_night(args.store, args.store_run))
+    except remediation.RemediationError as exc:
+        print("ext4audit remediate-night: %s" % exc, file=sys.stderr)
+        return 2
     return 0
 
 
@@ -480,12 +493,19 @@ def main(argv=None):
     p.add_argument("--rules-dir", default=catalog_mod.RULES_DIR, help=argparse.SUPPRESS)
     p.set_defaults(func=cmd_rules)
     p = sub.add_parser("remediate-plan", help=cmd_remediate_plan.__doc__)
-    p.add_argument("run_dir")
     p.add_argument("host")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run-dir", help="the run folder whose hosts/HOST.json is read")
+    source.add_argument("--store", help="the results store (SQLite file or postgresql:// URL) to read --store-run from")
+    p.add_argument("--store-run", default="", help="with --store: the night's run id (see remediate-night)")
     p.add_argument("--rules", default="[]", help="JSON list of rule ids or tags (empty: by --min-severity)")
     p.add_argument("--min-severity", default="medium", help="lowest severity an empty selection picks")
     p.add_argument("--choices", default="{}", help="JSON mapping of rule id to the name of a fix choice")
     p.set_defaults(func=cmd_remediate_plan)
+    p = sub.add_parser("remediate-night", help=cmd_remediate_night.__doc__)
+    p.add_argument("--store", required=True, help="the results store (SQLite file or postgresql:// URL)")
+    p.add_argument("--store-run", default="", help="a run id to check; empty: the latest complete night")
+    p.set_defaults(func=cmd_remediate_night)
     p = sub.add_parser("remediate-outcome", help=cmd_remediate_outcome.__doc__)
     p.add_argument("run_dir", help="the re-audit's run folder")
     p.add_argument("host")

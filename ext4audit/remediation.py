@@ -1,6 +1,7 @@
 """The remediation's data (rules/remediation.yml) and its two controller steps for
 playbooks/remediate.yml: which fixes a host's findings get (plan), and what became of each after
-the re-audit (outcome). The target side is plugins/modules/ext4_fstab_edit.py and ext4_tune.py.
+the re-audit (outcome). The findings come from a run folder's host report or from a night of the
+results store (read_store_report, in the same shape): one selection for both. The target side is plugins/modules/ext4_fstab_edit.py and ext4_tune.py.
 
 A finding is planned when it is not waived, its rule has a fix here, and it is selected: named in
 the selection (rule id or tag), or, with an empty selection, at or above the minimum severity and
@@ -11,7 +12,9 @@ import os
 from typing import Any, Dict, List, Optional, Sequence
 
 from . import catalog, reports, safe_yaml, severity_rank
+from . import store as store_pkg
 from .parsers import ext4_parsers
+from .store import history, schema
 
 PATH = os.path.join(catalog.RULES_DIR, "remediation.yml")
 SCHEMA = "ext4-fleet-audit/remediation/v1"
@@ -119,7 +122,9 @@ def plan_host(report: Dict[str, Any], data: Dict[str, Any], rules: Sequence[str]
     choices = choices or {}
     filesystems = dict((fs.get("mountpoint"), fs) for fs in report.get("filesystems") or [])
     items = []
-    for finding in report.get("findings") or []:
+    # in one order whatever the source (a run folder's report, the store's rows): the same night, the same plan
+    for finding in sorted(report.get("findings") or [], key=lambda f: (f.get("mountpoint") or "", f["rule"],
+                                                                       f.get("device") or "")):
         fix = data["fixes"].get(finding["rule"])
         if fix is None or not selected(finding, fix, rules, min_severity):
             continue
@@ -158,6 +163,46 @@ def read_host_report(run_dir: str, host: str) -> Dict[str, Any]:
     """hosts/<host>.json of a run folder (the audit's own file name for the host)."""
     path = os.path.join(run_dir, "hosts", reports.safe_name(host) + ".json")
     return reports.read_json(path, "host report")
+
+
+def _open_store(location: str) -> Any:
+    """The results store to read a night from; a path that is no file is an error, never a new empty store."""
+    if not store_pkg.is_url(location) and not os.path.isfile(location):
+        raise RemediationError("ext4_remediate_store: %s is not a file (the SQLite store, e.g. reports/%s, or a "
+                               "postgresql:// URL)" % (location, store_pkg.DEFAULT_NAME))
+    try:
+        return schema.open_store(location)
+    except store_pkg.StoreError as exc:
+        raise RemediationError("ext4_remediate_store: %s" % exc)
+
+
+def store_night(location: str, run_id: str = "") -> str:
+    """The night of the store the remediation reads: run_id, checked complete; empty: the latest complete night."""
+    with _open_store(location) as store:
+        if not run_id:
+            latest = history.nights(store, 1)
+            if not latest:
+                raise RemediationError("ext4_remediate_store: %s has no complete night" % store.name)
+            return latest[0][0]
+        row = store.one("SELECT complete FROM runs WHERE run_id = ?", (run_id,))
+    if row is None or not row[0]:
+        raise RemediationError("ext4_remediate_store_run: %s %s in %s (a complete night is needed: its findings "
+                               "are sure)" % (run_id, "is incomplete" if row else "is no run", store_pkg.display(location)))
+    return run_id
+
+
+def read_store_report(location: str, run_id: str, host: str) -> Dict[str, Any]:
+    """One host's night (run_id, checked complete; empty: the latest complete one) from the store,
+    in the host report's shape plan_host reads; the findings' tags are the catalog's, as the audit gave them."""
+    run_id = store_night(location, run_id)
+    with _open_store(location) as store:
+        report = history.host_night(store, run_id, host)
+    if report is None:
+        raise RemediationError("%s, night %s: no host %s" % (store_pkg.display(location), run_id, host))
+    rules = catalog.load().by_id
+    for finding in report["findings"]:
+        finding["tags"] = list((rules.get(finding["rule"]) or {}).get("tags") or [])
+    return report
 
 
 def outcome(items: List[Dict[str, Any]], applied: List[Dict[str, Any]], after: Dict[str, Any]) -> List[Dict[str, Any]]:

@@ -8,6 +8,7 @@ audited without it. A night the host was not audited neither continues nor ends 
 """
 
 import datetime
+import json
 import statistics
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -239,3 +240,21 @@ def last_night(store: backends.Store, other_than: str) -> Optional[Tuple[str, Di
         if key not in known or severity_rank(severity) > severity_rank(known[key]):
             known[key] = severity
     return row[0], statuses, findings
+
+
+def host_night(store: backends.Store, run_id: str, host: str) -> Optional[dict]:
+    """What the store has of one host on one night, in the host report's shape: {"host", "status",
+    "findings": [{rule, severity, device, mountpoint, waived}], "filesystems": [{mountpoint, device,
+    superblock}]} (only the filesystems with a finding); None when the night did not list the host."""
+    status = store.one("SELECT status FROM hosts WHERE run_id = ? AND host = ?", (run_id, host))
+    if status is None:
+        return None
+    findings = [{"rule": rule, "severity": severity, "device": device, "mountpoint": mountpoint, "waived": bool(waived)}
+                for rule, severity, device, mountpoint, waived in store.rows(
+                    "SELECT rule, severity, device, mountpoint, waived FROM findings WHERE run_id = ? AND host = ?",
+                    (run_id, host))]
+    filesystems = [{"mountpoint": mountpoint, "device": device, "superblock": json.loads(superblock) if superblock else None}
+                   for mountpoint, device, superblock in store.rows(
+                       "SELECT mountpoint, device, superblock FROM filesystems WHERE run_id = ? AND host = ?",
+                       (run_id, host))]
+    return {"host": host, "status": status[0], "findings": findings, "filesystems": filesystems}

@@ -17,7 +17,7 @@ import msgspec
 from .. import contract, reports, severity_rank
 from . import backends
 
-SLICE_TABLES = ("findings", "hosts", "kernel_groups", "rule_counts", "slices")  # a slice's rows, slices last
+SLICE_TABLES = ("findings", "hosts", "kernel_groups", "rule_counts", "filesystems", "slices")  # a slice's rows, slices last
 WORST = {"incomplete": 2, "fail": 1, "pass": 0}  # a night is as bad as its worst slice
 _HOST = msgspec.json.Decoder(contract.HostReport)
 _EVIDENCE = msgspec.json.Encoder(order="sorted")
@@ -25,6 +25,7 @@ HOST_COLUMNS = ("run_id", "slice", "host", "status", "reason", "kernel", "kernel
                 "groups_json", "fail_on", "findings", "failing", "waived")
 FINDING_COLUMNS = ("run_id", "slice", "host", "rule", "severity", "device", "mountpoint", "waived", "waiver",
                    "evidence_key")
+FILESYSTEM_COLUMNS = ("run_id", "slice", "host", "mountpoint", "device", "superblock")
 
 
 def _run_files(run_dir: str) -> List[str]:
@@ -44,12 +45,12 @@ def read_run(run_dir: str) -> dict:
         if not os.path.isdir(run_dir):
             raise reports.ReportError("run folder %s: not found" % run_dir)
         digest.update(b"incomplete\0" + "\0".join(sorted(os.listdir(run_dir))).encode("utf-8", "surrogateescape"))
-        return {"summary": None, "hosts": [], "hash": digest.hexdigest(), "kernel_groups": []}
+        return {"summary": None, "hosts": [], "filesystems": [], "hash": digest.hexdigest(), "kernel_groups": []}
     summary = reports.read_complete_run(run_dir, "run folder")[0]
     with open(os.path.join(run_dir, reports.SUMMARY), "rb") as handle:
         digest.update(handle.read())
     fail_on_default = summary["policy"]["fail_on"]
-    hosts = []
+    hosts, filesystems = [], []
     for path in _run_files(run_dir):
         with open(path, "rb") as handle:
             data = handle.read()
@@ -71,7 +72,11 @@ def read_run(run_dir: str) -> dict:
                sum(severity_rank(f.severity) >= severity_rank(fail_on) for f in unwaived),
                len(report.findings) - len(unwaived))
         hosts.append((row, findings))
-    return {"summary": summary, "hosts": hosts, "hash": digest.hexdigest(),
+        with_findings = set(f.mountpoint for f in report.findings)
+        filesystems += [(report.host, fs.mountpoint, fs.device,
+                         _EVIDENCE.encode(fs.superblock).decode("utf-8") if fs.superblock else None)
+                        for fs in report.filesystems or [] if fs.mountpoint in with_findings]
+    return {"summary": summary, "hosts": hosts, "filesystems": filesystems, "hash": digest.hexdigest(),
             "kernel_groups": summary.get("kernel_groups") or []}
 
 
@@ -121,6 +126,7 @@ def _insert_slice(store: backends.Store, run_id: str, slice_name: str, run: dict
     store.insert("hosts", HOST_COLUMNS, ((run_id, slice_name) + row for row, _ in run["hosts"]))
     store.insert("findings", FINDING_COLUMNS, ((run_id, slice_name, row[0]) + f
                                                for row, findings in run["hosts"] for f in findings))
+    store.insert("filesystems", FILESYSTEM_COLUMNS, ((run_id, slice_name) + fs for fs in run["filesystems"]))
     store.insert("rule_counts", ("run_id", "slice", "rule", "findings", "hosts", "waived"),
                  ((run_id, slice_name, rule) + tuple(counts) for rule, counts in sorted(rules.items())))
     store.executemany("INSERT INTO kernel_groups VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [

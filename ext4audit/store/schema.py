@@ -107,6 +107,19 @@ MIGRATIONS: List[List[str]] = [
         "CREATE INDEX findings_host ON findings (host, run_id)",
         "CREATE INDEX hosts_host ON hosts (host, run_id)",
     ],
+    # 3: the superblock of each filesystem with a finding, so that a night's remediation plan
+    # (ext4audit/remediation.py) can be made from the store as from its run folder (journal size,
+    # features); only those filesystems: rows stay fewer than findings
+    [
+        """CREATE TABLE filesystems (
+            run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+            slice TEXT NOT NULL,
+            host TEXT NOT NULL,
+            mountpoint TEXT NOT NULL,
+            device TEXT,
+            superblock TEXT)              -- JSON of contract.Superblock's fields; NULL: not read""",
+        "CREATE INDEX filesystems_run ON filesystems (run_id, host)",
+    ],
 ]
 VERSION = len(MIGRATIONS)
 LOCK_KEY = 0x65787434  # PostgreSQL advisory lock: one migrating controller at a time ("ext4")

@@ -124,12 +124,19 @@ def start(spec_json):
         run(["umount", "--lazy", target])
     # A tmpfs on /srv in this namespace only: the mount points are made there, not on the real root.
     run(["mount", "-t", "tmpfs", "-o", "mode=0755,size=1m", SRV_MARKER, "/srv"])
+    lines = ["# %s: its own fstab (testhosts/fleet/fleet_host.py)\n" % spec["hostname"]]
     for fs in spec["filesystems"]:
         os.makedirs(fs["mountpoint"])
         # -o loop: mount attaches the loop device with autoclear, so it detaches itself when the
         # namespace (the host) goes away.
         options = ",".join(["loop"] + ([fs["options"]] if fs["options"] else []))
         run(["mount", "-t", "ext4", "-o", options, fs["image"], fs["mountpoint"]])
+        lines.append("%s %s ext4 %s 0 2\n" % (fs["image"], fs["mountpoint"], options))
+    if spec.get("fstab"):  # on the host's /srv tmpfs: seen by this host only
+        if not spec["fstab"].startswith("/srv/"):
+            sys.exit("fleet_host start: the fstab must be under /srv (the host's own tmpfs)")
+        with open(spec["fstab"], "w") as handle:
+            handle.writelines(lines)
 
     # Without -D sshd listens, then daemonizes (its parent exits): the daemon keeps this namespace
     # alive after this script ends, and the caller (an Ansible task) is not left waiting.

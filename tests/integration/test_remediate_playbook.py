@@ -2,13 +2,14 @@
 fstab of their own (ext4_audit_fstab_path): --check --diff changes nothing and shows the lines; a
 run fixes the live finding, leaves the data mode pending until the next mount, never touches a
 waived finding or an opt-in fix; a second run changes nothing; offline fixes run only when asked
-and only on an unmounted filesystem."""
+and only on an unmounted filesystem; a night of the results store shows the same --check --diff as
+its run folder."""
 
 import glob
 import os
 import re
 
-from conftest import ansible_playbook, load_json, needs_root, run
+from conftest import ROOT, VENV_BIN, ansible_playbook, load_json, needs_root, run
 
 pytestmark = needs_root
 
@@ -121,3 +122,32 @@ def test_offline_fix_from_a_run_folder(loopfs, tmp_path):
     assert "64M" in run(["dumpe2fs", "-h", small["device"]]).split("Total journal size:")[1].split("\n")[0], out
     run(["e2fsck", "-fn", small["device"]])
     assert load_json(str(reports / "before" / "hosts" / "localhost.json"))["findings"]
+
+
+def test_check_diff_from_a_night_of_the_store(loopfs, tmp_path):
+    """A night recorded into an SQLite store (`ext4audit history ingest`) gives, with --check --diff,
+    the same fstab lines as its run folder (not a fresh audit's), and changes nothing."""
+    fs = loopfs.make("stored", mount_options="commit=120")
+    fstab = tmp_path / "fstab"
+    text = "# own fstab\n%s  %s  ext4  commit=120,noatime  0 2\n" % (fs["device"], fs["mountpoint"])
+    fstab.write_text(text)
+    (tmp_path / "waivers.yml").write_text("waivers: []\n")
+    reports = tmp_path / "reports"
+    rc, out = ansible_playbook("playbooks/audit.yml", "-e", "ext4_audit_reports_dir=%s" % reports, "-e",
+                               "ext4_audit_fstab_path=%s" % fstab, "-e", "ext4_audit_run_id=night",
+                               "-e", "ext4_audit_store=off", *PROBE_OFF)
+    run_dir, store = str(reports / "night"), str(tmp_path / "history.sqlite")
+    assert os.path.exists(os.path.join(run_dir, "summary.json")), out
+    run([os.path.join(VENV_BIN, "python"), "-m", "ext4audit", "history", "ingest", run_dir, "--store", store], cwd=ROOT)
+    # the live mount changes after the night: a fresh audit would find nothing, the night still plans the fix
+    run(["mount", "-o", "remount,commit=5", fs["device"], fs["mountpoint"]])
+
+    shown = {}
+    for name, source in (("folder", "ext4_remediate_run=%s" % run_dir), ("store", "ext4_remediate_store=%s" % store)):
+        rc, out, _ = remediate(tmp_path, str(fstab), "--check", "--diff", "-e", source)
+        assert rc == 0, out
+        shown[name] = [line for line in out.splitlines() if re.match(r"^[-+]\S", line) and "---" not in line
+                       and "+++" not in line]
+    assert "+%s  %s  ext4  noatime,commit=5  0 2" % (fs["device"], fs["mountpoint"]) in shown["store"], shown
+    assert shown["store"] == shown["folder"]
+    assert fstab.read_text() == text and "commit=5" in options_of(fs["device"])

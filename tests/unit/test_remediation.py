@@ -44,8 +44,10 @@ def test_outcome_fixed_pending_failed():
                                          {"rule": "EXT4_DATA_WRITEBACK", "severity": "high"},
                                          {"rule": "EXT4_NOBARRIER", "severity": "medium"},
                                          {"rule": "EXT4_SMALL_JOURNAL", "severity": "medium"}), DATA)
-    applied = [{"item": items[1], "pending": "the kernel refused the remount: takes effect at the next mount or reboot"},
-               {"item": items[2], "failed": True, "msg": "/etc/fstab: no entry for /d"}]
+    by_rule = dict((item["rule"], item) for item in items)
+    applied = [{"item": by_rule["EXT4_DATA_WRITEBACK"],
+                "pending": "the kernel refused the remount: takes effect at the next mount or reboot"},
+               {"item": by_rule["EXT4_NOBARRIER"], "failed": True, "msg": "/etc/fstab: no entry for /d"}]
     after = report({"rule": "EXT4_DATA_WRITEBACK", "severity": "high"}, {"rule": "EXT4_NOBARRIER", "severity": "medium"},
                    {"rule": "EXT4_SMALL_JOURNAL", "severity": "medium"})
     result = dict((r["rule"], r) for r in remediation.outcome(items, applied, after))
