@@ -11,7 +11,7 @@ import json
 
 import msgspec
 
-from . import severity_rank
+from . import severity_rank, writers
 
 _ENCODE = msgspec.json.Encoder()  # a shard's groups in one line (5 times json.dumps' speed)
 
@@ -97,3 +97,18 @@ class FindingGroups:
         """[(key, [findings, hosts, samples])]: unwaived first, then the most severe, the widest."""
         return sorted(self.groups.items(), key=lambda item: (is_waived(item[0]), -severity_rank(item[0][1]),
                                                              -item[1][0], item[0][0], item[0][3]))
+
+
+class Writer(writers.Writer):
+    """A writer built on the groups: each host goes into self.groups (made by the subclass), a
+    shard's part is its groups (dump, one line), and finish merges the parts (merge_parts)."""
+
+    separator = "\n"
+    groups = None  # a FindingGroups, made in the subclass's __init__
+
+    def host(self, report: dict, digest: dict) -> None:
+        self.groups.add_host(report)
+        return None
+
+    def shard_end(self) -> "str | None":
+        return self.groups.dump() if self.groups.groups else None

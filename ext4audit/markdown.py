@@ -121,7 +121,8 @@ def _group_lines(page: Page, summary: dict, groups: finding_groups.FindingGroups
                  "{:,}".format(counts["hosts"]), "{:,}".format(counts["hosts_audited"]),
                  "{:,}".format(sum(counts["by_severity"].values())), "{:,}".format(counts["waived"])), "",
              "| rule | worst | hosts | findings | waived |", "|---|---|---|---|---|")
-    page.add(*("| %s | %s | %s | %s | %s |" % (md(rule), entry["worst"] or "-", "{:,}".format(groups.rule_hosts.get(rule, 0)),
+    page.add(*("| %s | %s | %s | %s | %s |" % (md(rule), entry["worst"] or "-",
+                                             "{:,}".format(groups.rule_hosts.get(rule, 0)),
                                              "{:,}".format(entry["findings"]), "{:,}".format(entry["waived"]))
                for rule, entry in sorted(rules.items(), key=lambda item: (
                    -severity_rank(item[1]["worst"]) if item[1]["worst"] else 1, -groups.rule_hosts.get(item[0], 0),
@@ -291,26 +292,18 @@ def _probe_lines(report):
 
 
 
-class Writer(writers.Writer):
+class Writer(finding_groups.Writer):
     """The findings' groups are made in the report step's workers (a shard's part is its groups,
     one line of JSON) and merged in the parent; the details are those of the hosts shown (MD_HOSTS
     at most), read back from hosts/ (in place when the fleet files are written)."""
 
     file = "summary.md"
-    separator = "\n"
 
-    def __init__(self, job):
+    def __init__(self, job) -> None:
         super().__init__(job)
         self.groups = finding_groups.FindingGroups(job.base is not None, GROUP_HOSTS)
 
-    def host(self, report, digest):
-        self.groups.add_host(report)
-        return None
-
-    def shard_end(self):
-        return self.groups.dump() if self.groups.groups else None
-
-    def finish(self, out, summary, digests, parts):
+    def finish(self, out, summary: dict, digests: list, parts: writers.Parts) -> None:
         merged = finding_groups.FindingGroups(self.job.base is not None, GROUP_HOSTS)
         merged.merge_parts(parts)
         shown = [row["host"] for row in sorted(summary["hosts"], key=reports.attention_order)[:MD_HOSTS]]

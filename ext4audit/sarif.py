@@ -32,7 +32,7 @@ import urllib.parse
 
 import msgspec
 
-from . import ROOT, catalog as catalog_mod, finding_groups, reports, safe_yaml, severity_rank, writers
+from . import ROOT, catalog as catalog_mod, finding_groups, reports, safe_yaml, severity_rank
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 TOOL = "ext4-fleet-audit"
@@ -233,22 +233,14 @@ def write_log(out, summary, catalog, groups):
     out.write("]" + tail + "\n")
 
 
-class Writer(writers.Writer):
+class Writer(finding_groups.Writer):
     """A shard's groups are its part (one line of JSON); the parent merges them."""
 
     file = "report.sarif"
-    separator = "\n"
 
     def __init__(self, job):
         super().__init__(job)
         self.groups = Groups(job.catalog, job.catalog_path, job.inventory, job.base is not None)
-
-    def host(self, report, digest):
-        self.groups.add_host(report)
-        return None
-
-    def shard_end(self):
-        return self.groups.dump() if self.groups.groups else None
 
     def finish(self, out, summary, digests, parts):
         merged = Groups(self.job.catalog, self.job.catalog_path, self.job.inventory, self.job.base is not None)

@@ -90,7 +90,8 @@ def test_summary_md_at_10000_hosts_fits_githubs_limit_and_names_every_rule(real_
             hosts_by_rule[rule] = hosts_by_rule.get(rule, 0) + 1
     assert len(hosts_by_rule) >= 10
     for rule, hosts in hosts_by_rule.items():
-        assert re.search(r"^\| %s \| \w+ \| %s \|" % (re.escape(markdown.md(rule)), "{:,}".format(hosts)), text, re.M), rule
+        row = r"^\| %s \| \w+ \| %s \|" % (re.escape(markdown.md(rule)), "{:,}".format(hosts))
+        assert re.search(row, text, re.M), rule
 
     # the groups: host counts, the worst first, a few host names escaped, and the cut said
     groups = _groups(fleet).ordered()
@@ -100,7 +101,7 @@ def test_summary_md_at_10000_hosts_fits_githubs_limit_and_names_every_rule(real_
     cut = re.search(r"^\.\.\. ([\d,]+) more group\(s\) \(([\d,]+) findings, the worst (\w+)\) did not fit in "
                     r"GitHub's job summary: see report\.html", text, re.M)
     assert cut, text[-3000:]
-    listed = re.findall(r"^\| (?:critical|high|medium|low|info) \| [^|]+ \| [\d,]+ \| ", text.split("### Findings by group")[1]
-                        .split("### Hosts most in need")[0], re.M)
+    table = text.split("### Findings by group")[1].split("### Hosts most in need")[0]
+    listed = re.findall(r"^\| (?:critical|high|medium|low|info) \| [^|]+ \| [\d,]+ \| ", table, re.M)
     assert len(listed) + int(cut.group(1).replace(",", "")) == len(groups)
     assert "<b>" not in text and "&lt;b&gt;host&lt;/b&gt;\\|0" in text
