@@ -406,17 +406,19 @@ def one_size(count, repeat, workdir):
 
 def report(results):
     print("| hosts | filesystems | rep | wall s | CPU s | peak RSS of a process MiB | peak RSS of the tree MiB | load "
-          "| output MB | hosts/ MB | report.html MB | report.sarif MB | junit.xml MB | SARIF results | SARIF gzipped MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| output MB | hosts/ MB | report.html MB | report.sarif MB | junit.xml MB | SARIF results | SARIF gzipped MB "
+          "| summary.md KiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for result in results:
         for row in result["rows"]:
             sizes = row["sizes"]
-            print("| %d | %d | %d | %.2f | %.2f | %.0f | %.0f | %.2f | %.0f | %.0f | %.1f | %.1f | %.1f | %d%s | %.2f |" % (
+            print("| %d | %d | %d | %.2f | %.2f | %.0f | %.0f | %.2f | %.0f | %.0f | %.1f | %.1f | %.1f | %d%s | %.2f | %.0f |" % (
                 result["hosts"], result["filesystems"], row["rep"], row["wall_s"], row["cpu_s"], row["peak_mib"],
                 row["tree_peak_mib"],
                 row["load1"], sum(sizes.values()) / 1e6, sizes["hosts/"] / 1e6, sizes.get("report.html", 0) / 1e6,
                 sizes.get("report.sarif", 0) / 1e6, sizes.get("junit.xml", 0) / 1e6, row["sarif"]["results"],
-                " (cut)" if row["sarif"]["cut"] else "", row["sarif"]["gzipped"] / 1e6))
+                " (cut)" if row["sarif"]["cut"] else "", row["sarif"]["gzipped"] / 1e6,
+                sizes.get("summary.md", 0) / 1024))  # GitHub's job summary takes at most 1,024 KiB
     xs = [r["hosts"] for result in results for r in result["rows"]]
     print()
     for key, unit in (("wall_s", "s"), ("cpu_s", "s"), ("peak_mib", "MiB"), ("tree_peak_mib", "MiB")):

@@ -1,13 +1,19 @@
-"""summary.md, for a GitHub job summary: the verdict first, a table of hosts, the baseline diff,
-then each host's findings, undetermined rules, read errors and probe, folded.
+"""summary.md, for a GitHub job summary: the verdict first, the fleet's findings by rule and by
+group (finding_groups: one row per finding shared by many hosts, with its host count and first
+hosts, the worst first), the hosts most in need of attention, the kernel groups, the baseline diff,
+then those hosts' findings, undetermined rules, read errors and probe, folded.
+
+GitHub takes at most 1 MiB of job summary: the file stays within BUDGET at any fleet size (the
+groups within GROUPS_BUDGET of it), and a note says what did not fit, and where it is.
 
 Every host-provided string goes through md(): GitHub renders Markdown and inline HTML.
 """
 
+import json
 import os
 import re
 
-from . import policy as policy_mod, probe, probe_actions, reports, severity_rank, writers
+from . import finding_groups, policy as policy_mod, probe, probe_actions, reports, severity_rank, writers
 
 # The backslash first (the others add one), "&" before the entities.
 _MD = (("\\", "\\\\"), ("&", "&amp;"), ("<", "&lt;"), (">", "&gt;")) + tuple((c, "\\" + c) for c in "`*_[]{}()#+!|~$-")
@@ -20,102 +26,215 @@ def md(value):
     return _MD_BREAKS.sub(" ", text) if "\n" in text or "\r" in text or "\t" in text else text
 
 
-def document(summary, host_reports):
-    lines = ["## ext4 fleet audit: %s" % summary["verdict"].upper(), "",
-             "**%s**: %s (fail_on=%s)" % (summary["verdict"], md(summary["reason"]), summary["policy"]["fail_on"]), ""]
-    if summary["expired_waivers"]:
-        lines += ["> **%d expired waiver(s) no longer waive anything:** %s" % (
-            len(summary["expired_waivers"]),
-            "; ".join("%s on %s (expired %s, approver %s)" % (md(w["rule"]), md(w["host"]), w["expires"], md(w["approver"]))
-                      for w in summary["expired_waivers"])), ""]
-    rows = summary["hosts"]
-    if len(rows) > MD_HOSTS:  # GitHub takes at most 1 MiB of job summary; every host is in the other files
-        rows = sorted(rows, key=reports.attention_order)[:MD_HOSTS]
-    lines += ["| host | status | worst | findings | failing | waived | probe |", "|---|---|---|---|---|---|---|"]
-    for host in rows:
-        lines.append("| %s | %s | %s | %d | %d | %d | %s |" % (
-            md(host["host"]), host["status"], host["worst"] or "-", host["findings"], host["failing"], host["waived"],
-            host.get("probe") or "-"))
-    if len(rows) < len(summary["hosts"]):
-        lines += ["", "The %d hosts most in need of attention of %d; every host is in summary.json, report.html "
-                  "and hosts/." % (len(rows), len(summary["hosts"]))]
-    lines += _kernel_group_lines(summary.get("kernel_groups") or [])
+BUDGET = 900 * 1024  # bytes: GitHub takes at most 1 MiB of job summary; the cut notes come on top
+GROUPS_BUDGET = 400 * 1024  # of it, the findings' groups at most: the tables after them keep room
+GROUP_HOSTS = 5  # host names shown per group; the group's row counts them all
+EXPIRED_NAMED = 20  # expired waivers named in the head; summary.json lists every one
+
+
+class Page:
+    """summary.md's lines and their bytes (UTF-8, a newline each), against a budget: rows go in
+    while they fit, the few short notes that say what was cut go in always."""
+
+    def __init__(self, budget: int) -> None:
+        self.lines, self.size, self.budget = [], 0, budget
+
+    def add(self, *lines: str) -> None:
+        for line in lines:
+            self.lines.append(line)
+            self.size += len(line.encode("utf-8")) + 1
+
+    def rows(self, rows, limit: "int | None" = None) -> int:
+        """Add rows (each a line, or a list of lines kept together) while they fit within limit
+        (the budget when None) and return how many went in."""
+        limit = self.budget if limit is None else min(limit, self.budget)
+        added = 0
+        for row in rows:
+            block = [row] if isinstance(row, str) else row
+            if self.size + sum(len(line.encode("utf-8")) + 1 for line in block) > limit:
+                break
+            self.add(*block)
+            added += 1
+        return added
+
+
+def document(summary: dict, host_reports: list, groups: "finding_groups.FindingGroups | None" = None) -> str:
+    """summary.md: the verdict, the findings by rule and by group (groups: the whole fleet's;
+    None: made from host_reports), the hosts most in need of attention, kernel groups, the
+    baseline diff, then the details of the hosts of host_reports that are shown, within BUDGET."""
+    if groups is None:
+        groups = finding_groups.FindingGroups(summary.get("baseline") is not None, GROUP_HOSTS)
+        for report in host_reports:
+            groups.add_host(report)
+    page = Page(BUDGET)
+    page.add("## ext4 fleet audit: %s" % summary["verdict"].upper(), "",
+             "**%s**: %s (fail_on=%s)" % (summary["verdict"], md(summary["reason"]), summary["policy"]["fail_on"]), "")
+    expired = summary["expired_waivers"]
+    if expired:
+        page.add("> **%d expired waiver(s) no longer waive anything:** %s%s" % (
+            len(expired), "; ".join("%s on %s (expired %s, approver %s)" % (md(w["rule"]), md(w["host"]), w["expires"],
+                                                                          md(w["approver"]))
+                                    for w in expired[:EXPIRED_NAMED]),
+            "; %d more in summary.json" % (len(expired) - EXPIRED_NAMED) if len(expired) > EXPIRED_NAMED else ""), "")
+    _group_lines(page, summary, groups)
+    rows = sorted(summary["hosts"], key=reports.attention_order)[:MD_HOSTS]
+    page.add("### Hosts most in need of attention", "",
+             "| host | status | worst | findings | failing | waived | probe |", "|---|---|---|---|---|---|---|")
+    shown = page.rows("| %s | %s | %s | %d | %d | %d | %s |" % (
+        md(host["host"]), host["status"], host["worst"] or "-", host["findings"], host["failing"], host["waived"],
+        host.get("probe") or "-") for host in rows)
+    if shown < len(summary["hosts"]):
+        page.add("", "The %d hosts most in need of attention of %d; every host is in summary.json, report.html "
+                 "and hosts/." % (shown, len(summary["hosts"])))
+    _kernel_group_lines(page, summary.get("kernel_groups") or [])
     if summary.get("baseline") is not None:
-        lines += _baseline_lines(summary["baseline"], summary["policy"].get("fail_on_new"))
-    lines += ["", "<details><summary>Findings by host</summary>", ""]
+        _baseline_lines(page, summary["baseline"], summary["policy"].get("fail_on_new"))
+    page.add("", "<details><summary>Findings by host</summary>", "")
     by_host = dict((r["host"], r) for r in host_reports)
-    for report in (by_host[h["host"]] for h in rows):
-        lines.append("### %s" % md(report["host"]))
-        if report["status"] != "audited":
-            lines.append("- not audited: %s" % md(report.get("reason")))
-        lines += ["- policy: %s" % md(line) for line in policy_mod.describe(report)]
-        for f in sorted(report["findings"], key=lambda f: -severity_rank(f["severity"])):
-            mark = " (waived: %s)" % md(f["waiver"]["justification"]) if f["waived"] else ""
-            if f.get("severity_override"):
-                mark += " (site severity, %s in the catalog: %s)" % (f["severity_override"]["from"],
-                                                                    md(f["severity_override"]["reason"]))
-            if f["waiver"] and f["waiver"]["status"] == "expired":
-                mark = " (**waiver expired %s**)" % f["waiver"]["expires"]
-            lines.append("- **%s** `%s`: %s%s" % (f["severity"], f["rule"], md(f["message"]), mark))
-            lines.append("  - Fix: %s (cost: %s)" % (md(f["remediation"]["steps"]), md(f["remediation"]["cost"])))
-            if f.get("confirmation"):
-                lines.append("  - Probe: " + _confirmation_text(f["confirmation"]))
-        for item in report.get("undetermined") or []:
-            lines.append("- undetermined `%s`%s: missing %s" % (item["rule"], " on %s" % md(item["mountpoint"])
-                                                               if item["mountpoint"] else "", md(", ".join(item["missing"]))))
-        for error in report.get("errors") or []:
-            lines.append("- could not read (%s): %s" % (md(error["where"]), md(error["reason"])))
-        lines += ["- not audited: %s" % md(line) for line in reports.not_audited_lines(report)]
-        if report.get("probe"):
-            lines += _probe_lines(report)
-        lines.append("")
-    lines += ["</details>", ""]
-    return "\n".join(lines)
+    detailed = [by_host[h["host"]] for h in rows[:shown] if h["host"] in by_host]
+    written = page.rows(_host_lines(report) for report in detailed)
+    if written < len(detailed):
+        page.add("... the details of %d more host(s) did not fit in GitHub's job summary: see hosts/ and "
+                 "report.html" % (len(detailed) - written), "")
+    page.add("</details>", "")
+    return "\n".join(page.lines)
 
 
-def _kernel_group_lines(groups):
+def _group_lines(page: Page, summary: dict, groups: finding_groups.FindingGroups) -> None:
+    """The fleet's findings by rule (every rule with a finding: a few dozen rows at most), then by
+    group, the worst first, within GROUPS_BUDGET; what did not fit is counted."""
+    order = groups.ordered()
+    if not order:
+        return
+    rules = {}
+    for key, (findings, _, _) in order:
+        entry = rules.setdefault(key[0], {"worst": None, "findings": 0, "waived": 0})
+        if finding_groups.is_waived(key):
+            entry["waived"] += findings
+        else:
+            entry["findings"] += findings
+            if entry["worst"] is None or severity_rank(key[1]) > severity_rank(entry["worst"]):
+                entry["worst"] = key[1]
+    counts = summary["counts"]
+    page.add("### Findings by rule", "",
+             "%s hosts, %s audited: %s findings, %s waived." % (
+                 "{:,}".format(counts["hosts"]), "{:,}".format(counts["hosts_audited"]),
+                 "{:,}".format(sum(counts["by_severity"].values())), "{:,}".format(counts["waived"])), "",
+             "| rule | worst | hosts | findings | waived |", "|---|---|---|---|---|")
+    page.add(*("| %s | %s | %s | %s | %s |" % (md(rule), entry["worst"] or "-",
+                                             "{:,}".format(groups.rule_hosts.get(rule, 0)),
+                                             "{:,}".format(entry["findings"]), "{:,}".format(entry["waived"]))
+               for rule, entry in sorted(rules.items(), key=lambda item: (
+                   -severity_rank(item[1]["worst"]) if item[1]["worst"] else 1, -groups.rule_hosts.get(item[0], 0),
+                   item[0]))))
+    page.add("", "### Findings by group", "",
+             "Each group is one finding (rule, severity, message, waiver%s) and the hosts that have it; %s "
+             "group(s), the worst first." % (", baseline state" if groups.with_baseline else "",
+                                             "{:,}".format(len(order))), "",
+             "| severity | rule | hosts | finding | on |", "|---|---|---|---|---|")
+    shown = page.rows((_group_row(key, hosts, samples) for key, (_, hosts, samples) in order),
+                      page.size + GROUPS_BUDGET)
+    if shown < len(order):
+        left = order[shown:]
+        page.add("", "... %s more group(s) (%s findings, the worst %s) did not fit in GitHub's job summary: see "
+                 "report.html (every host's findings are in hosts/)." % (
+                     "{:,}".format(len(left)), "{:,}".format(sum(findings for _, (findings, _, _) in left)),
+                     max((key[1] for key, _ in left), key=severity_rank)))
+    page.add("")
+
+
+def _group_row(key: tuple, hosts: int, samples: list) -> str:
+    """A group's row: severity, rule, host count, the finding (with its escalation, waiver and
+    baseline state) and the first hosts."""
+    rule, severity, base_severity, message, because, suppressed, expired, baseline = key
+    text = md(message)
+    if because:
+        text += " Raised from %s: %s." % (base_severity, md(because))
+    if suppressed is not None:
+        text += " (waived: %s)" % md(suppressed)
+    if expired is not None:
+        text += " (**waiver expired %s**)" % md(json.loads(expired).get("expires"))
+    if baseline == "new":
+        text += " (**new** since the baseline)"
+    return "| %s | %s | %s | %s | %s%s |" % (severity, md(rule), "{:,}".format(hosts), text,
+                                             ", ".join(md(host) for host in samples),
+                                             ", ..." if hosts > len(samples) else "")
+
+
+def _host_lines(report: dict) -> list:
+    """A host's details: why it was not audited, its policy, findings (each with its fix),
+    undetermined rules, read errors, what was not audited, its probe."""
+    lines = ["### %s" % md(report["host"])]
+    if report["status"] != "audited":
+        lines.append("- not audited: %s" % md(report.get("reason")))
+    lines += ["- policy: %s" % md(line) for line in policy_mod.describe(report)]
+    for f in sorted(report["findings"], key=lambda f: -severity_rank(f["severity"])):
+        mark = " (waived: %s)" % md(f["waiver"]["justification"]) if f["waived"] else ""
+        if f.get("severity_override"):
+            mark += " (site severity, %s in the catalog: %s)" % (f["severity_override"]["from"],
+                                                                md(f["severity_override"]["reason"]))
+        if f["waiver"] and f["waiver"]["status"] == "expired":
+            mark = " (**waiver expired %s**)" % f["waiver"]["expires"]
+        lines.append("- **%s** `%s`: %s%s" % (f["severity"], f["rule"], md(f["message"]), mark))
+        lines.append("  - Fix: %s (cost: %s)" % (md(f["remediation"]["steps"]), md(f["remediation"]["cost"])))
+        if f.get("confirmation"):
+            lines.append("  - Probe: " + _confirmation_text(f["confirmation"]))
+    for item in report.get("undetermined") or []:
+        lines.append("- undetermined `%s`%s: missing %s" % (item["rule"], " on %s" % md(item["mountpoint"])
+                                                           if item["mountpoint"] else "", md(", ".join(item["missing"]))))
+    for error in report.get("errors") or []:
+        lines.append("- could not read (%s): %s" % (md(error["where"]), md(error["reason"])))
+    lines += ["- not audited: %s" % md(line) for line in reports.not_audited_lines(report)]
+    if report.get("probe"):
+        lines += _probe_lines(report)
+    lines.append("")
+    return lines
+
+
+def _kernel_group_lines(page: Page, groups: list) -> None:
     """The kernel record findings by kernel and action: what to do, and on how many hosts."""
     if not groups:
-        return []
-    lines = ["", "### Kernel findings by kernel", "", "| kernel | hosts | severity | what to do |", "|---|---|---|---|"]
-    for group in groups[:reports.KERNEL_GROUP_ROWS]:
-        kernel = group["kernel"] + (" (upstream %s)" % group["upstream"] if group["upstream"] else "")
-        lines.append("| %s | %s | %s | %s |" % (md(kernel), "{:,}".format(group["hosts"]), group["severity"],
-                                               md(group["action"])))
-    if len(groups) > reports.KERNEL_GROUP_ROWS:
-        lines += ["", "%d more in summary.json (kernel_groups)." % (len(groups) - reports.KERNEL_GROUP_ROWS)]
-    return lines
+        return
+    page.add("", "### Kernel findings by kernel", "", "| kernel | hosts | severity | what to do |", "|---|---|---|---|")
+    shown = page.rows("| %s | %s | %s | %s |" % (
+        md(group["kernel"] + (" (upstream %s)" % group["upstream"] if group["upstream"] else "")),
+        "{:,}".format(group["hosts"]), group["severity"], md(group["action"]))
+        for group in groups[:reports.KERNEL_GROUP_ROWS])
+    if shown < len(groups):
+        page.add("", "%d more in summary.json (kernel_groups)." % (len(groups) - shown))
 
 
 BASELINE_ROWS = 100  # rows of the Markdown diff table; summary.json lists every change
 MD_HOSTS = 100  # hosts in summary.md (table and details) when there are more: those most in need of attention
 
 
-def _baseline_lines(diff, fail_on_new):
+def _baseline_lines(page: Page, diff: dict, fail_on_new: bool) -> None:
     """The diff against the baseline for Markdown: counts, hosts added and removed, a table of new
     and resolved findings."""
-    lines = ["", "### Since baseline %s" % md(diff["run_id"]), "",
+    page.add("", "### Since baseline %s" % md(diff["run_id"]), "",
              "**%d new**, %d resolved, %d persisting%s" % (
                  len(diff["new"]), len(diff["resolved"]), diff["persisting"],
-                 " (fail_on_new: only new findings can fail the gate)" if fail_on_new else ""), ""]
+                 " (fail_on_new: only new findings can fail the gate)" if fail_on_new else ""), "")
     for key, label in (("hosts_added", "Hosts added"), ("hosts_removed", "Hosts removed")):
         if diff[key]:
-            lines.append("- %s (%d): %s%s" % (label, len(diff[key]), ", ".join(md(h) for h in diff[key][:BASELINE_ROWS]),
-                                              ", ..." if len(diff[key]) > BASELINE_ROWS else ""))
-    for item in diff.get("hosts_not_compared") or []:
-        lines.append("- Not compared: %s (%s)" % (md(item["host"]), md(item["reason"])))
+            page.add("- %s (%d): %s%s" % (label, len(diff[key]), ", ".join(md(h) for h in diff[key][:BASELINE_ROWS]),
+                                          ", ..." if len(diff[key]) > BASELINE_ROWS else ""))
+    not_compared = diff.get("hosts_not_compared") or []
+    shown = page.rows("- Not compared: %s (%s)" % (md(item["host"]), md(item["reason"]))
+                      for item in not_compared[:BASELINE_ROWS])
+    if shown < len(not_compared):
+        page.add("- ... %d more not compared: see summary.json" % (len(not_compared) - shown))
     why = {"new": "new", "worsened": "worse", "host_added": "new host", "not_audited_in_baseline": "not audited before"}
     rows = [(why.get(e.get("why"), "new") + (" (was %s)" % e["was"] if e.get("was") else "") +
              (" (waived)" if e.get("waived") else ""), e) for e in diff["new"]]
     rows += [("resolved", e) for e in diff["resolved"]]
     if rows:
-        lines += ["", "| change | host | rule | severity | mount point |", "|---|---|---|---|---|"]
-        lines += ["| %s | %s | %s | %s | %s |" % (change, md(e["host"]), md(e["rule"]), e["severity"],
-                                                  md(e["mountpoint"]) if e["mountpoint"] else "-")
-                  for change, e in rows[:BASELINE_ROWS]]
-        if len(rows) > BASELINE_ROWS:
-            lines.append("\n%d more change(s) in summary.json" % (len(rows) - BASELINE_ROWS))
-    return lines
+        page.add("", "| change | host | rule | severity | mount point |", "|---|---|---|---|---|")
+        shown = page.rows("| %s | %s | %s | %s | %s |" % (change, md(e["host"]), md(e["rule"]), e["severity"],
+                                                          md(e["mountpoint"]) if e["mountpoint"] else "-")
+                          for change, e in rows[:BASELINE_ROWS])
+        if shown < len(rows):
+            page.add("\n%d more change(s) in summary.json" % (len(rows) - shown))
 
 
 def _confirmation_text(conf):
@@ -173,14 +292,21 @@ def _probe_lines(report):
 
 
 
-class Writer(writers.Writer):
-    """No host parts: the host details come from the hosts it shows (MD_HOSTS at most), read back
-    from hosts/ (in place when the fleet files are written)."""
+class Writer(finding_groups.Writer):
+    """The findings' groups are made in the report step's workers (a shard's part is its groups,
+    one line of JSON) and merged in the parent; the details are those of the hosts shown (MD_HOSTS
+    at most), read back from hosts/ (in place when the fleet files are written)."""
 
     file = "summary.md"
 
-    def finish(self, out, summary, digests, parts):
+    def __init__(self, job) -> None:
+        super().__init__(job)
+        self.groups = finding_groups.FindingGroups(job.base is not None, GROUP_HOSTS)
+
+    def finish(self, out, summary: dict, digests: list, parts: writers.Parts) -> None:
+        merged = finding_groups.FindingGroups(self.job.base is not None, GROUP_HOSTS)
+        merged.merge_parts(parts)
         shown = [row["host"] for row in sorted(summary["hosts"], key=reports.attention_order)[:MD_HOSTS]]
         out.write(document(summary, [
             reports.read_json(os.path.join(self.job.run_dir, "hosts", reports.safe_name(host) + ".json"), "host report")
-            for host in shown]))
+            for host in shown], merged))

@@ -2,7 +2,7 @@
 
 - Rules: every catalog rule, with its id, title, rationale, remediation and references (helpUri
   is the first reference).
-- Results: one per group of findings that share their rule, severity, message, waiver and
+- Results: one per group of findings (finding_groups) that share their rule, severity, message, waiver and
   baseline state across hosts (hosts of a fleet share kernels, images and configurations: the
   same finding on 3,412 hosts is one result with 3,412 hosts). Its locations are the hosts (at
   most LOCATIONS_PER_RESULT of them, in run order; properties.hosts counts them all, and every
@@ -32,7 +32,7 @@ import urllib.parse
 
 import msgspec
 
-from . import ROOT, catalog as catalog_mod, reports, safe_yaml, severity_rank, writers
+from . import ROOT, catalog as catalog_mod, finding_groups, reports, safe_yaml, severity_rank
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 TOOL = "ext4-fleet-audit"
@@ -105,18 +105,6 @@ def _rule_descriptor(rule):
     return descriptor
 
 
-def group_key(finding: dict, with_baseline: bool) -> tuple:
-    """What the findings of one result share: rule, severity, base severity, message, escalation,
-    the waiver (justification text, or None), an expired waiver, and the baseline state."""
-    waiver = finding.get("waiver") or {}
-    suppressed = ("%s (approver %s, until %s)" % (waiver.get("justification"), waiver.get("approver"),
-                                                  waiver.get("expires")) if finding.get("waived") else None)
-    expired = json.dumps(waiver, sort_keys=True) if not finding.get("waived") and waiver.get("status") == "expired" else None
-    baseline = ("new" if finding.get("baseline") == "new" else "unchanged") if with_baseline else None
-    return (finding["rule"], finding["severity"], finding.get("base_severity"), finding["message"],
-            finding.get("escalated_because"), suppressed, expired, baseline)
-
-
 def _location(host, finding, uri, lines, catalog_uri):
     """One host of a result: uri is the host's host_vars file (None: the rule's catalog entry)."""
     logical = host + (":" + finding["mountpoint"] if finding.get("mountpoint") else "")
@@ -157,53 +145,37 @@ def _result(key, count, locations, rule_index):
     return result
 
 
-class Groups:
-    """Findings grouped by group_key: {key: [host count, locations (the first `cap`)]}, in the order
-    first seen. The report step's workers make one per shard, the parent merges them."""
+class Groups(finding_groups.FindingGroups):
+    """The findings' groups (finding_groups) with a location per finding, the first `cap` of
+    each group. The report step's workers make one per shard, the parent merges them."""
+
+    SAMPLE_EACH_FINDING = True
 
     def __init__(self, catalog, catalog_path=None, inventory=None, with_baseline=False, cap=LOCATIONS_PER_RESULT):
+        super().__init__(with_baseline, cap)
         catalog_path = catalog_path or os.path.join(catalog_mod.RULES_DIR, "catalog.yml")
         self.lines = rule_lines(catalog_path)
         self.catalog_uri = _repo_path(catalog_path) or "rules/catalog.yml"
         self.index = dict((rule["id"], number) for number, rule in enumerate(catalog.rules))
-        self.inventory, self.with_baseline, self.cap = inventory, with_baseline, cap
-        self.groups = {}
+        self.inventory = inventory
+        self._uri = None  # the host_vars file of the host being added
 
     def add_host(self, report: dict) -> None:
-        uri = _host_vars(self.inventory, report["host"]) if report["findings"] else None
-        for finding in report["findings"]:
-            key = group_key(finding, self.with_baseline)
-            group = self.groups.get(key)
-            if group is None:
-                group = self.groups[key] = [0, []]
-            group[0] += 1
-            if len(group[1]) < self.cap:
-                group[1].append(_location(report["host"], finding, uri, self.lines, self.catalog_uri))
+        self._uri = _host_vars(self.inventory, report["host"]) if report["findings"] else None
+        super().add_host(report)
 
-    def dump(self) -> str:
-        """The groups as one line of JSON (a shard's part), emptied."""
-        text = _RESULT.encode([[list(key), count, locations] for key, (count, locations) in self.groups.items()])
-        self.groups = {}
-        return text.decode("utf-8")
-
-    def merge(self, text: str) -> None:
-        for key, count, locations in json.loads(text):
-            key = tuple(key)
-            group = self.groups.get(key)
-            if group is None:
-                group = self.groups[key] = [0, []]
-            group[0] += count
-            group[1].extend(locations[:self.cap - len(group[1])])
+    def sample(self, report: dict, finding: dict) -> dict:
+        return _location(report["host"], finding, self._uri, self.lines, self.catalog_uri)
 
     def results(self) -> tuple:
         """(results, cut): the groups as results, most severe and widest first, within GitHub's
         limits; cut (None when nothing was left out) says what was."""
-        order = sorted(self.groups.items(), key=lambda item: (item[0][5] is not None, -severity_rank(item[0][1]),
-                                                              -item[1][0], item[0][0], item[0][3]))
+        order = self.ordered()
         kept, dropped = order[:MAX_RESULTS], order[MAX_RESULTS:]
         cap, budget = self.cap, MAX_GZIP_BYTES * 0.9  # (the rest of the log is a few kB)
         while True:
-            results = [_result(key, count, locations[:cap], self.index.get(key[0])) for key, (count, locations) in kept]
+            results = [_result(key, count, locations[:cap], self.index.get(key[0]))
+                       for key, (count, _, locations) in kept]
             size = len(gzip.compress(b"\n".join(_RESULT.encode(r) for r in results), 6))
             if size <= budget or not kept:
                 break
@@ -215,7 +187,7 @@ class Groups:
         cut = None
         if dropped or cap < self.cap:
             cut = {"results_left_out": len(dropped),
-                   "findings_left_out": sum(count for _, (count, _) in dropped),
+                   "findings_left_out": sum(count for _, (count, _, _) in dropped),
                    "worst_left_out": max((key[1] for key, _ in dropped), key=severity_rank, default=None),
                    "hosts_listed_per_result": cap,
                    "why": "GitHub code scanning takes at most %d results and %d bytes gzipped; every finding is in "
@@ -261,28 +233,16 @@ def write_log(out, summary, catalog, groups):
     out.write("]" + tail + "\n")
 
 
-class Writer(writers.Writer):
+class Writer(finding_groups.Writer):
     """A shard's groups are its part (one line of JSON); the parent merges them."""
 
     file = "report.sarif"
-    separator = "\n"
 
     def __init__(self, job):
         super().__init__(job)
         self.groups = Groups(job.catalog, job.catalog_path, job.inventory, job.base is not None)
 
-    def host(self, report, digest):
-        self.groups.add_host(report)
-        return None
-
-    def shard_end(self):
-        return self.groups.dump() if self.groups.groups else None
-
     def finish(self, out, summary, digests, parts):
         merged = Groups(self.job.catalog, self.job.catalog_path, self.job.inventory, self.job.base is not None)
-        for path in parts.paths():
-            with open(path, encoding="utf-8") as handle:
-                for line in handle:
-                    if line.strip():
-                        merged.merge(line)
+        merged.merge_parts(parts)
         write_log(out, summary, self.job.catalog, merged)
