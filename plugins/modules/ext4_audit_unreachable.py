@@ -13,7 +13,7 @@ DOCUMENTATION = r"""
 module: ext4_audit_unreachable
 short_description: Count a host the facts step could not reach as unreachable in Ansible's stats
 description:
-  - Answers for the task's host as if it could not be reached, with O(msg), without contacting it:
+  - Answers for the task's host as if it could not be reached, with O(msg), without contacting it, so
     Ansible counts the host C(unreachable) in its stats (the C(PLAY RECAP), ansible-runner's C(dark), the
     host's state in AWX) and takes it out of the play.
   - The audit's facts task keeps a host it cannot reach with C(ignore_unreachable), so that the report
