@@ -7,8 +7,8 @@ contacting it again.
 
 The facts task keeps such a host with ignore_unreachable, so that the play does not end when every
 host of a batch is down and the report step still records it; Ansible then counts it `ignored`.
-This task, in the report play before the report step, gives the same answer again as unreachable,
-which removes the host from the play; a second connection could take as long as the first and could
+This task, in the report step after the report and before the gate, gives the same answer again as
+unreachable, which takes the host out of the play; a second connection could take as long as the first and could
 find the host back, at odds with its record.
 """
 

@@ -18,8 +18,8 @@ description:
     host's state in AWX) and takes it out of the play.
   - The audit's facts task keeps a host it cannot reach with C(ignore_unreachable), so that the report
     step still records it (and the play goes on when a whole batch is down); Ansible counts that as
-    C(ignored). The audit playbook runs this action on those hosts in its report play, before the
-    report step, so that Ansible's stats say what the report says.
+    C(ignored). The audit's report step runs this action on those hosts after the report and before
+    the gate, so that Ansible's stats say what the report says.
   - Runs on the controller as an action, without a module run, and changes nothing.
 options:
   msg:
