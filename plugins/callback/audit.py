@@ -40,6 +40,8 @@ from ansible.playbook.task_include import TaskInclude
 from ansible.plugins.callback.default import CallbackModule as DefaultCallback
 
 PROGRESS_ACTIONS = ("ext4audit.fleet.ext4_probe_progress", "ext4_probe_progress")
+# The report step's task that counts a host the facts task could not reach as unreachable.
+UNREACHABLE_ACTIONS = ("ext4audit.fleet.ext4_audit_unreachable", "ext4_audit_unreachable")
 PER_HOST_LINES = 10  # a play of more hosts ends with one line of counts, not a line per host
 PROGRESS_EVERY_S = 2.0  # a "hosts done" line at most this often while a play runs...
 PROGRESS_STEP = 0.1  # ...and only after another tenth of the play's hosts is done with the task
@@ -242,6 +244,8 @@ class CallbackModule(DefaultCallback):
         if self._full():
             return super(CallbackModule, self).v2_runner_on_unreachable(result)
         self._host(result, "unreachable")
+        if _task(result).action in UNREACHABLE_ACTIONS:
+            return  # the facts task's UNREACHABLE line said it already
         self._say("UNREACHABLE %s (%s): %s" % (self.host_label(result), _task(result).get_name().strip(),
                                                self._failure_text(_data(result))), color=C.COLOR_UNREACHABLE)
 

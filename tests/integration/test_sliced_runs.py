@@ -61,7 +61,8 @@ def runs(tmp_path_factory):
         reports = base / "reports"
         common = ["-i", str(invdir), "playbooks/audit.yml", "-e", "ext4_audit_reports_dir=%s" % reports]
         rc, out = ansible_playbook(*common, "-e", "ext4_audit_run_id=full")
-        assert rc == 2 and "verdict: incomplete" in out, out[-5000:]
+        # 4: Ansible counts the unreachable host unreachable (ansible-runner's dark), not ignored.
+        assert rc == 4 and "verdict: incomplete" in out, out[-5000:]
         for run_id, hosts in SLICES.items():
             # localhost is named too: the prepare and report plays run there. The gate is the
             # merged run's, so a slice only reports.
