@@ -101,11 +101,18 @@ def add_history_parser(sub: Any) -> None:
     q.add_argument("run_dir")
     q.add_argument("--slice", default="")
     q.add_argument("--run-id", help="the night to record it in (default: its own run id)")
+    q = questions.add_parser("where", help="the store the report step of a reports folder records into, as "
+                             "shown to people (a URL without its password; empty when --store off); opens nothing")
+    q.add_argument("reports_dir")
     p.set_defaults(func=cmd_history)
 
 
 def cmd_history(args: argparse.Namespace) -> int:
     question = args.question or "runs"
+    if question == "where":  # for playbooks (AWX's artifact_data): the one place that says it
+        where = location(args.store, args.reports_dir)
+        print(display(where) if where else "")
+        return 0
     with schema.open_store(location(args.store, "reports") or "") as store:
         if question == "runs":
             result: Any = history.runs(store, getattr(args, "nights", 30))  # also `history` alone

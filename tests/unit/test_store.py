@@ -300,3 +300,17 @@ def test_the_grafana_history_panels_answer_from_a_real_postgresql_store(tmp_path
                                            dashboard["panels"][3]["targets"][0]["rawSql"])).fetchall()
         assert ("EXT4_NOBARRIER", "high", 1) == oldest[[r[0] for r in oldest].index("EXT4_NOBARRIER")][:3]
         assert oldest[[r[0] for r in oldest].index("EXT4_NOBARRIER")][3].isoformat().startswith("2026-11-01T03:00")
+
+
+@pytest.mark.parametrize("given, shown", [
+    ("", "{reports}/history.sqlite"), ("off", ""), ("/srv/store.sqlite", "/srv/store.sqlite"),
+    ("postgresql://audit:secret@db.example/ext4", "postgresql://audit@db.example/ext4"),
+])
+def test_where_names_the_store_as_the_report_step_uses_it_and_opens_nothing(tmp_path, given, shown):
+    """`history where` (the playbook's artifact_data) says the store of a reports folder without
+    creating it, and never prints a password."""
+    reports = tmp_path / "reports"
+    out = subprocess.run([os.path.join(VENV_BIN, "python"), "-m", "ext4audit", "history", "--store", given, "where",
+                          str(reports)], cwd=ROOT, stdout=subprocess.PIPE, check=True, universal_newlines=True).stdout
+    assert out == shown.format(reports=reports) + "\n"
+    assert not reports.exists()
