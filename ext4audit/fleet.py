@@ -21,7 +21,6 @@ import concurrent.futures
 import contextlib
 import ctypes
 import glob
-import json
 import multiprocessing
 import os
 import shutil
@@ -80,8 +79,7 @@ def load_record(item, owners):
         problem = "%s is over %d bytes (run_folder.ANSWER_MAX_BYTES)" % (where, run_folder.ANSWER_MAX_BYTES)
     elif data is not None:
         try:
-            record = json.loads(data)
-            problem = run_folder.answer_problem(record)
+            record, problem = run_folder.decode_answer(data)
             problem = problem and "%s breaks a bound: %s" % (where, problem)
         except (ValueError, RecursionError) as exc:
             problem = "%s is not valid JSON: %s" % (where, str(exc)[:200])

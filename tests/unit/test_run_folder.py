@@ -72,6 +72,31 @@ def test_bounds_stop_at_the_first_one_broken():
     assert "characters" in run_folder.answer_problem({"x" * 70000: 1})
 
 
+# Texts at and around every bound, and the escapes that hide what a text holds.
+HOSTILE_TEXTS = [
+    '{"host": "a", "filesystems": [{"mountpoint": "/"}]}', '{"x": NaN}', '{"x": -Infinity}', '{"x": 1e999}',
+    '{"x": 1.5e3}', '{"m": "/srv/\\udc80"}', '{"m": "/srv/\\ud83d\\ude00"}', '{"m": "\\\\ud800"}',
+    '{"m": "\\uDBFF"}', json.dumps({"x" * 70000: 1}), json.dumps({"x": "y" * 65536}), json.dumps({"x": "y" * 65000}),
+    json.dumps({"l": [0] * 4096}), json.dumps({"l": [0] * 4097}), json.dumps({"d": {str(i): i for i in range(4097)}}),
+    "[" * 16 + "]" * 16, "[" * 17 + "]" * 17, '{"a":' * 16 + "1" + "}" * 16, '{"a":' * 17 + "1" + "}" * 17,
+    json.dumps([[0] * 4000] * 300), '"just a string"', "17",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXTS, ids=lambda text: "%s..%d" % (text[:20], len(text)))
+def test_a_record_file_is_judged_as_its_decoded_answer_would_be(text):
+    """decode_answer skips what a text cannot hold; it must refuse exactly what answer_problem does."""
+    data = text.encode("utf-8")
+    try:
+        expected = run_folder.answer_problem(json.loads(data))
+    except ValueError:
+        expected = "not JSON"
+    value, problem = run_folder.decode_answer(data)
+    assert (problem is None) == (expected is None), (problem, expected)
+    if expected is None:
+        assert value == json.loads(data)
+
+
 def test_the_report_step_refuses_a_run_folder_another_user_could_swap(tmp_path):
     reports = tmp_path / "reports"
     run = str(reports / "run-1")
