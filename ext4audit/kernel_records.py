@@ -329,44 +329,40 @@ def action_text(doc: dict, kernel: dict, action: str, items: List[dict]) -> str:
 
 
 # The features a record may need (its `needs`, reviewed record by record in
-# rules/kernel_record_classes.yml): feature -> in_use(fs), whether one ext4 filesystem (its facts:
-# the superblock as dumpe2fs prints it, features by the names dumpe2fs gives them, and the mount
-# options in effect) uses it. Only called for a filesystem whose superblock was read.
+# rules/kernel_record_classes.yml): feature -> in_use(fs, options), whether one ext4 filesystem
+# (its facts: the superblock as dumpe2fs prints it, features by the names dumpe2fs gives them; and
+# its mount options in effect, as ext4_parsers.option_map) uses it. Only called for a filesystem
+# whose superblock was read.
 _QUOTA_OPTIONS = ("quota", "usrquota", "grpquota", "prjquota", "usrjquota", "grpjquota")
 _DAX_ON = (True, "always", "inode")  # dax (the old spelling of dax=always), dax=always, dax=inode
 
 
-def _has(feature: str) -> Callable[[dict], bool]:
-    return lambda fs: feature in (fs["superblock"].get("features") or ())
+def _has(feature: str) -> Callable[[dict, dict], bool]:
+    return lambda fs, options: feature in (fs["superblock"].get("features") or ())
 
 
-def _options(fs: dict) -> dict:
-    return ext4_parsers.option_map(fs.get("options") or ())
-
-
-def _quota_in_use(fs: dict) -> bool:
+def _quota_in_use(fs: dict, options: dict) -> bool:
     features = set(fs["superblock"].get("features") or ())
-    return bool({"quota", "project"} & features) or any(_options(fs).get(name) for name in _QUOTA_OPTIONS)
+    return bool({"quota", "project"} & features) or any(options.get(name) for name in _QUOTA_OPTIONS)
 
 
-def _encrypt_in_use(fs: dict) -> bool:
+def _encrypt_in_use(fs: dict, options: dict) -> bool:
     # inlinecrypt alone reaches fscrypt's I/O path (CVE-2022-50277 needs no encrypt feature).
-    options = _options(fs)
-    return _has("encrypt")(fs) or bool(options.get("inlinecrypt")) or "test_dummy_encryption" in options
+    return _has("encrypt")(fs, options) or bool(options.get("inlinecrypt")) or "test_dummy_encryption" in options
 
 
-def _dax_in_use(fs: dict) -> bool:
+def _dax_in_use(fs: dict, options: dict) -> bool:
     # Without a dax option, files with the DAX attribute use DAX on a DAX-capable (pmem) device.
-    dax = _options(fs).get("dax")
+    dax = options.get("dax")
     if dax is None:
         disk = (fs.get("queue") or {}).get("device") or os.path.basename(fs.get("device") or "")
         return disk.startswith("pmem")
     return dax in _DAX_ON
 
 
-def _mb_optimize_scan_in_use(fs: dict) -> bool:
+def _mb_optimize_scan_in_use(fs: dict, options: dict) -> bool:
     # The kernel prints mb_optimize_scan only when it differs from its group-count default.
-    option = _options(fs).get("mb_optimize_scan")
+    option = options.get("mb_optimize_scan")
     if option is not None:
         return option == "1"
     return ext4_parsers.default_mb_optimize_scan(fs["superblock"]) is not False
@@ -393,10 +389,14 @@ class FeaturesInUse(dict):
     def __init__(self, filesystems):
         dict.__init__(self)
         self.filesystems = filesystems
+        self.options = None  # each filesystem's option_map, made when a feature is first asked
 
     def __missing__(self, feature):
         in_use = RELEVANCE[feature]
-        self[feature] = used = any(not fs.get("superblock") or in_use(fs) for fs in self.filesystems)
+        if self.options is None:
+            self.options = [ext4_parsers.option_map(fs.get("options") or ()) for fs in self.filesystems]
+        self[feature] = used = any(not fs.get("superblock") or in_use(fs, options)
+                                   for fs, options in zip(self.filesystems, self.options))
         return used
 
 
