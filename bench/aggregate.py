@@ -348,11 +348,17 @@ def fit(xs, ys):
 
 
 def sizes_of(run):
-    """Bytes of each output: hosts/ as a whole, the fleet files one by one."""
-    result = {"hosts/": sum(os.path.getsize(os.path.join(run, "hosts", n)) for n in os.listdir(os.path.join(run, "hosts")))}
+    """Bytes of each output: each folder (hosts/, and any other the report step writes) as a whole,
+    the fleet files one by one; not the inputs (facts/, probe/)."""
+    result = {}
     for name in sorted(os.listdir(run)):
-        if os.path.isfile(os.path.join(run, name)):
-            result[name] = os.path.getsize(os.path.join(run, name))
+        path = os.path.join(run, name)
+        if name in ("facts", "probe") or os.path.islink(path):
+            continue
+        if os.path.isdir(path):
+            result[name + "/"] = sum(os.path.getsize(os.path.join(top, f)) for top, _, files in os.walk(path) for f in files)
+        else:
+            result[name] = os.path.getsize(path)
     return result
 
 
@@ -407,18 +413,19 @@ def one_size(count, repeat, workdir):
 def report(results):
     print("| hosts | filesystems | rep | wall s | CPU s | peak RSS of a process MiB | peak RSS of the tree MiB | load "
           "| output MB | hosts/ MB | report.html MB | report.sarif MB | junit.xml MB | SARIF results | SARIF gzipped MB "
-          "| summary.md KiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| summary.md KiB | KB per host |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for result in results:
         for row in result["rows"]:
             sizes = row["sizes"]
-            print("| %d | %d | %d | %.2f | %.2f | %.0f | %.0f | %.2f | %.0f | %.0f | %.1f | %.1f | %.1f | %d%s | %.2f | %.0f |" % (
+            print("| %d | %d | %d | %.2f | %.2f | %.0f | %.0f | %.2f | %.0f | %.0f | %.1f | %.1f | %.1f | %d%s | %.2f | %.0f | %.1f |" % (
                 result["hosts"], result["filesystems"], row["rep"], row["wall_s"], row["cpu_s"], row["peak_mib"],
                 row["tree_peak_mib"],
                 row["load1"], sum(sizes.values()) / 1e6, sizes["hosts/"] / 1e6, sizes.get("report.html", 0) / 1e6,
                 sizes.get("report.sarif", 0) / 1e6, sizes.get("junit.xml", 0) / 1e6, row["sarif"]["results"],
                 " (cut)" if row["sarif"]["cut"] else "", row["sarif"]["gzipped"] / 1e6,
-                sizes.get("summary.md", 0) / 1024))  # GitHub's job summary takes at most 1,024 KiB
+                sizes.get("summary.md", 0) / 1024,  # GitHub's job summary takes at most 1,024 KiB
+                sum(sizes.values()) / 1e3 / result["hosts"]))  # issue 28: about 15 KB a host at most
     xs = [r["hosts"] for result in results for r in result["rows"]]
     print()
     for key, unit in (("wall_s", "s"), ("cpu_s", "s"), ("peak_mib", "MiB"), ("tree_peak_mib", "MiB")):
