@@ -367,6 +367,16 @@ def not_audited_lines(report: dict) -> list:
     return ["%s at %s" % (item.get("fstype"), item.get("mountpoint")) for item in report.get("not_audited") or []]
 
 
+_SHARED: dict = {}
+
+
+def shared(value):
+    """One object for equal values (strings, tuples) across the hosts of a worker: the digests of a
+    fleet repeat the same few hundred lines and keys, which pickle then sends and the parent keeps
+    once per shard instead of once per host (issue 28: the report step's memory at 100,000 hosts)."""
+    return _SHARED.setdefault(value, value)
+
+
 def digest(report, fail_on, fail_on_new=False, compared=False):
     """What the fleet files need from one host report, in a few hundred bytes: the report step
     keeps this for every host and no host's full report (fleet.py). compared: the findings carry
@@ -379,7 +389,7 @@ def digest(report, fail_on, fail_on_new=False, compared=False):
         by_severity[finding["severity"]] += 1
         by_rule[finding["rule"]] = by_rule.get(finding["rule"], 0) + 1
     for finding in findings:
-        key = (bool(finding["waived"]), finding["rule"], finding["severity"])
+        key = shared((bool(finding["waived"]), finding["rule"], finding["severity"]))
         metrics[key] = metrics.get(key, 0) + 1
     failing_ = [f for f in unwaived if severity_rank(f["severity"]) >= severity_rank(fail_on)]
     fails_policy = policy_failures(failing_, fail_on, fail_on_new)
@@ -392,20 +402,20 @@ def digest(report, fail_on, fail_on_new=False, compared=False):
     undetermined = report.get("undetermined") or []
     probe_failed = section is not None and section["status"] in probe.FAILED
     # the host's kernel record findings, by what they share with other hosts (kernel_groups)
-    kernel_actions = [_kernel_action(f) for f in unwaived if (f.get("evidence") or {}).get("kernel_action")]
+    kernel_actions = [shared(_kernel_action(f)) for f in unwaived if (f.get("evidence") or {}).get("kernel_action")]
     return {
         "host": report["host"], "status": report["status"], "reason": report.get("reason"),
         "row": {"host": report["host"], "status": report["status"], "fail_on": fail_on, "worst": worst,
                 "findings": len(unwaived),
                 "failing": len(failing_), "new": new, "waived": len(findings) - len(unwaived), "errors": len(errors),
-                "undetermined": len(undetermined), "unresolved": unresolved(undetermined, errors),
-                "not_audited": not_audited_lines(report),
+                "undetermined": len(undetermined), "unresolved": [shared(line) for line in unresolved(undetermined, errors)],
+                "not_audited": [shared(line) for line in not_audited_lines(report)],
                 "probe": (section or {}).get("status")},
         "by_severity": by_severity, "by_rule": by_rule, "metrics": sorted(metrics.items()),
         "undetermined": len(undetermined),
-        "unresolved_keys": unresolved_keys(undetermined, errors),
+        "unresolved_keys": [shared(key) for key in unresolved_keys(undetermined, errors)],
         "kernel_actions": kernel_actions,
-        "bad": [(f["rule"], f["severity"]) for f in fails_policy],
+        "bad": [shared((f["rule"], f["severity"])) for f in fails_policy],
         "expired_waivers": expired,
         "probe": probe_overview(report["host"], section) if section else None,
         "probe_failed": {"host": report["host"], "status": section["status"], "reason": section["reason"]}
