@@ -14,6 +14,17 @@ has ours, and tests/unit/test_monitoring.py checks them against what this module
   ext4audit_last_run_timestamp_seconds            when the run's report was made (Unix time)
   ext4audit_verdict{verdict}                      1 for the run's verdict, 0 for the other two
   ext4audit_baseline_findings{change}             new, resolved and persisting since the baseline (with one)
+  ext4audit_fleet_findings{rule,severity}         unwaived findings of every host, summed
+  ext4audit_fleet_waived_findings{rule,severity}  waived findings of every host, summed
+  ext4audit_fleet_hosts{status}                   hosts by status (audited, unreachable, failed)
+  ext4audit_fleet_failing_hosts                   hosts that fail their own policy
+  ext4audit_hosts_not_exported                    hosts left out of the per-host gauges (HOSTS_EXPORTED)
+
+The per-host gauges (those with a `host` label) are written for every host of a fleet of up to
+HOSTS_EXPORTED hosts. Past that, for the HOSTS_EXPORTED hosts most in need of attention (not audited
+first, then the worst findings; reports.attention_order): 100,000 hosts of ~10 samples each would be a
+million series from one scrape target, which is more than a Prometheus server should take from one
+file, and the hosts a person acts on are the few at the top. The fleet gauges count every host.
 
 The text is what prometheus_client's generate_latest makes of these gauges (tests/unit/
 test_prometheus.py compares them), written here: prometheus_client builds an object for each of the
@@ -31,7 +42,7 @@ from typing import Dict, Iterable, List, Tuple
 
 from prometheus_client.utils import floatToGoString
 
-from . import reports, writers
+from . import contract, reports, writers
 
 # Not a `quantile` label: Prometheus keeps that for summaries (with _sum and _count, which a sweep's
 # d-span digest does not have), and `promtool check metrics` rejects it on a gauge.
@@ -51,7 +62,15 @@ FAMILIES = (
     ("ext4audit_last_run_timestamp_seconds", "When the last audit run's report was made", ()),
     ("ext4audit_verdict", "1 for the last run's verdict", ("verdict",)),
     ("ext4audit_baseline_findings", "Findings by change since the baseline run", ("change",)),
+    ("ext4audit_fleet_findings", "Unwaived findings of the last audit run on every host, summed", ("rule", "severity")),
+    ("ext4audit_fleet_waived_findings", "Waived findings of the last audit run on every host, summed",
+     ("rule", "severity")),
+    ("ext4audit_fleet_hosts", "Hosts of the last audit run by status", ("status",)),
+    ("ext4audit_fleet_failing_hosts", "Hosts of the last audit run that fail their own policy", ()),
+    ("ext4audit_hosts_not_exported", "Hosts of the last audit run left out of the per-host gauges (past "
+     "HOSTS_EXPORTED hosts, those least in need of attention)", ()),
 )
+HOSTS_EXPORTED = 10000  # per-host gauges for at most this many hosts (the module's docstring says why)
 
 
 def _text(value):
@@ -70,10 +89,19 @@ def _value(value):
     return floatToGoString(value)
 
 
-def samples(summary: dict, digests: Iterable[dict]) -> Dict[str, List[Tuple[tuple, float]]]:
-    """{family name: [(label values, value)]} of a run, from every host's reports.digest."""
+def samples(summary: dict, digests: Iterable[dict],
+            hosts_exported: int = HOSTS_EXPORTED) -> Dict[str, List[Tuple[tuple, float]]]:
+    """{family name: [(label values, value)]} of a run, from every host's reports.digest; the
+    per-host families for at most hosts_exported hosts, those most in need of attention."""
     found = dict((name, []) for name, _, _ in FAMILIES)
     findings, waived = found["ext4audit_findings"], found["ext4audit_waived_findings"]
+    digests = list(digests)
+    _fleet(found, digests)
+    every = len(digests)
+    if every > hosts_exported:
+        kept = set(id(d) for d in sorted(digests, key=lambda d: reports.attention_order(d["row"]))[:hosts_exported])
+        digests = [d for d in digests if id(d) in kept]  # (in run order, as below the limit)
+    found["ext4audit_hosts_not_exported"].append(((), every - len(digests)))
     for digest in digests:
         host = digest["host"]
         found["ext4audit_host_fail_on"].append(((digest["row"]["fail_on"], host), 1))
@@ -98,14 +126,31 @@ def samples(summary: dict, digests: Iterable[dict]) -> Dict[str, List[Tuple[tupl
     return found
 
 
+def _fleet(found: dict, digests: List[dict]) -> None:
+    """The fleet families: every host's findings summed by rule and severity, hosts by status."""
+    counts = {False: collections.Counter(), True: collections.Counter()}
+    statuses = collections.Counter()
+    failing = 0
+    for digest in digests:
+        statuses[digest["status"]] += 1
+        failing += bool(digest["status"] == "audited" and digest["bad"])  # as reports.verdict_of
+        for (is_waived, rule, severity), count in digest["metrics"]:
+            counts[is_waived][rule, severity] += count
+    for is_waived, name in ((False, "ext4audit_fleet_findings"), (True, "ext4audit_fleet_waived_findings")):
+        found[name].extend((key, counts[is_waived][key]) for key in sorted(counts[is_waived]))
+    found["ext4audit_fleet_hosts"].extend(((status,), statuses[status]) for status in contract.HOST_STATUSES)
+    found["ext4audit_fleet_failing_hosts"].append(((), failing))
+
+
 def text(summary, host_reports):
     """The file's text for host reports held in memory."""
     policy = summary["policy"]
     return text_of(summary, [reports.digest(r, policy["fail_on"], policy.get("fail_on_new")) for r in host_reports])
 
 
-def text_of(summary, digests):
-    found, out = samples(summary, digests), []
+def text_of(summary: dict, digests: Iterable[dict], hosts_exported: int = HOSTS_EXPORTED) -> str:
+    """The file's text from every host's reports.digest."""
+    found, out = samples(summary, digests, hosts_exported), []
     for name, documentation, labels in FAMILIES:
         if not found[name]:
             continue  # a family without samples says nothing

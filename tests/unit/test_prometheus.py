@@ -100,6 +100,37 @@ def test_failing_findings_follow_fail_on_new():
     assert got[("ext4audit_findings", labels(host="old", rule="EXT4_NOBARRIER", severity="high"))] == 1
 
 
+def test_past_hosts_exported_the_fleet_is_counted_and_the_hosts_in_need_are_kept():
+    """A fleet larger than the per-host limit: the per-host gauges cover the hosts most in need of
+    attention (the unreachable one, then the worst findings), the fleet gauges every host, and the
+    file says how many were left out; promtool accepts it."""
+    high = {"rule": "EXT4_NOBARRIER", "severity": "high", "waived": False, "mountpoint": "/", "device": "/dev/a"}
+    low = dict(high, rule="EXT4_ONLINE_DISCARD", severity="low")
+    hosts = ([{"host": "quiet-%02d" % i, "status": "audited", "findings": [low]} for i in range(20)]
+             + [{"host": "bad-1", "status": "audited", "findings": [high, dict(high, mountpoint="/b")]},
+                {"host": "waived-1", "status": "audited", "findings": [dict(high, waived=True)]},
+                {"host": "gone", "status": "unreachable", "findings": []}])
+    summary = reports.summarize(hosts, "run-9", "high", True, NOW)
+    digests = [reports.digest(h, "high") for h in hosts]
+    text = prometheus.text_of(summary, digests, hosts_exported=3)
+    got = samples(text)
+    per_host = {dict(k[1])["host"] for k in got if "host" in dict(k[1])}
+    assert per_host == {"gone", "bad-1", "quiet-00"}  # attention order: not audited, worst, then by name
+    assert got[("ext4audit_hosts_not_exported", frozenset())] == 20
+    assert got[("ext4audit_fleet_findings", labels(rule="EXT4_ONLINE_DISCARD", severity="low"))] == 20
+    assert got[("ext4audit_fleet_findings", labels(rule="EXT4_NOBARRIER", severity="high"))] == 2
+    assert got[("ext4audit_fleet_waived_findings", labels(rule="EXT4_NOBARRIER", severity="high"))] == 1
+    assert [got[("ext4audit_fleet_hosts", labels(status=s))] for s in ("audited", "unreachable", "failed")] == [22, 1, 0]
+    assert got[("ext4audit_fleet_failing_hosts", frozenset())] == 1
+    # Under the limit every host is there, and nothing is left out.
+    whole = samples(prometheus.text_of(summary, digests))
+    assert {dict(k[1])["host"] for k in whole if "host" in dict(k[1])} == {h["host"] for h in hosts}
+    assert whole[("ext4audit_hosts_not_exported", frozenset())] == 0
+    checked = subprocess.run([promtool_or_skip(), "check", "metrics"], input=text.encode("utf-8"),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert checked.returncode == 0, checked.stdout
+
+
 def probe_section(status, dspan=None, runs=256):
     sweep = {"runs_completed": runs, "runs_planned": 256, "dspan": dspan} if dspan is not None else None
     return {"status": status, "reason": None, "sweep": sweep, "confirmations": [], "errors": []}
