@@ -29,9 +29,10 @@ def nights(store: backends.Store, limit: Optional[int] = None, until: Optional[s
 
 
 def runs(store: backends.Store, limit: int = 30) -> List[dict]:
-    rows = store.rows("SELECT run_id, generated_at, verdict, complete, hosts, hosts_audited, findings, waived, reason "
-                      "FROM runs ORDER BY generated_at DESC, run_id DESC LIMIT %d" % int(limit))
-    keys = ("run_id", "generated_at", "verdict", "complete", "hosts", "hosts_audited", "findings", "waived", "reason")
+    rows = store.rows("SELECT run_id, generated_at, verdict, complete, hosts, hosts_audited, findings, waived, reason, "
+                      "scope FROM runs ORDER BY generated_at DESC, run_id DESC LIMIT %d" % int(limit))
+    keys = ("run_id", "generated_at", "verdict", "complete", "hosts", "hosts_audited", "findings", "waived", "reason",
+            "scope")
     return [dict(zip(keys, row), complete=bool(row[3])) for row in rows]
 
 
@@ -223,12 +224,26 @@ def _stamp(text: str) -> str:
     raise StoreError("--since %r: give a date (2026-11-28) or a UTC stamp (2026-11-28T03:00:00Z)" % text)
 
 
-def last_night(store: backends.Store, other_than: str) -> Optional[Tuple[str, Dict[str, str], Dict[str, dict]]]:
-    """The last complete night other than `other_than`, for the nightly diff: (run_id, {host:
+def scope_of(store: backends.Store, run_id: str) -> str:
+    """The scope recorded with run_id (store.scope); empty when unknown or not recorded."""
+    row = store.one("SELECT scope FROM runs WHERE run_id = ?", (run_id,))
+    return row[0] if row else ""
+
+
+def last_night(store: backends.Store, other_than: str,
+               scope: str = "") -> Optional[Tuple[str, Dict[str, str], Dict[str, dict]]]:
+    """The last complete night other than `other_than` of the same scope, for the nightly diff
+    (a --limit web night is not compared with a whole fleet's, nor the other way): (run_id, {host:
     status}, {host: {identity: severity}}), a finding found twice at its highest severity; None
-    when there is none."""
-    row = store.one("SELECT run_id FROM runs WHERE complete = 1 AND run_id <> ? ORDER BY generated_at DESC, "
-                    "run_id DESC LIMIT 1", (other_than,))
+    when there is none. Without a night of that scope, the last of unknown scope (recorded before
+    scopes were): the first night after an upgrade is still compared. An unknown scope tonight
+    (a report run by hand without --scope-hosts) takes the last night of any scope."""
+    row = None
+    for where in (("AND scope = ?", "AND scope = ''") if scope else ("",)):  # unknown tonight: as before, any
+        row = store.one("SELECT run_id FROM runs WHERE complete = 1 AND run_id <> ? %s ORDER BY generated_at DESC, "
+                        "run_id DESC LIMIT 1" % where, (other_than, scope) if "?" in where else (other_than,))
+        if row is not None:
+            break
     if row is None:
         return None
     statuses = dict(store.rows("SELECT host, status FROM hosts WHERE run_id = ?", (row[0],)))
