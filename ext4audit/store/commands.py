@@ -59,6 +59,24 @@ def record_report(args: argparse.Namespace, summary: dict) -> List[str]:
     return since_lines(seen, summary["generated_at"], display(where))
 
 
+def report_history(args: argparse.Namespace) -> Optional[dict]:
+    """For summary.md's finding groups, before tonight is recorded: history.rule_nights of the
+    store the report step records into, nights of this run's scope; None without a store (off) or
+    when it cannot be read (record_report then says why)."""
+    reports_dir = os.path.dirname(os.path.normpath(os.path.abspath(args.run_dir)))
+    where = location(args.store, reports_dir)
+    if where is None:
+        return None
+    try:
+        with schema.open_store(where) as store:
+            data = history.rule_nights(store, run_scope(args))
+    except StoreError:
+        return None
+    run_id = os.path.basename(os.path.normpath(args.run_dir))  # reported again: its earlier record is not history
+    data["nights"] = [night for night in data["nights"] if night[0] != run_id]
+    return data
+
+
 def since_lines(seen: Dict[tuple, str], tonight: str, where: str) -> List[str]:
     """One line: tonight's findings, how many are new. Then, per rule with findings known before
     tonight (oldest first, at most SINCE_LINES): how many, and since when."""

@@ -12,11 +12,12 @@ import json
 import statistics
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .. import reports, severity_rank
+from .. import finding_groups, reports, severity_rank
 from . import StoreError, backends
 from .ingest import SLICE_TABLES, WORST
 
 DEFAULT_KEEP_DAYS = 400  # a year of nights and a month to compare a year ago with
+TREND_NIGHTS = 7  # nights of a finding group's trend in summary.md (group_history)
 Identity = Tuple[str, str, Optional[str], Optional[str]]
 
 
@@ -273,3 +274,45 @@ def host_night(store: backends.Store, run_id: str, host: str) -> Optional[dict]:
                        "SELECT mountpoint, device, superblock FROM filesystems WHERE run_id = ? AND host = ?",
                        (run_id, host))]
     return {"host": host, "status": status[0], "findings": findings, "filesystems": filesystems}
+
+
+def rule_nights(store: backends.Store, scope: str = "") -> dict:
+    """Every complete night of `scope` (empty: of any) and, per rule, its hosts with an unwaived
+    finding and its waived findings on each, from rule_counts (counted at ingest): one query, a
+    row per night and rule, whatever the fleet's size. {"nights": [(run_id, generated_at)],
+    "rules": {rule: {run_id: (hosts, waived)}}}; group_history reads it."""
+    out: dict = {"nights": [], "rules": {}}
+    for run_id, at, rule, hosts, waived in store.rows(
+            "SELECT r.run_id, r.generated_at, c.rule, SUM(c.hosts), SUM(c.waived) FROM runs r "
+            "LEFT JOIN rule_counts c ON c.run_id = r.run_id WHERE r.complete = 1%s "
+            "GROUP BY r.run_id, r.generated_at, c.rule ORDER BY r.generated_at, r.run_id, c.rule"
+            % (" AND r.scope = ?" if scope else ""), (scope,) if scope else ()):
+        if not out["nights"] or out["nights"][-1][0] != run_id:
+            out["nights"].append((run_id, at))
+        if rule is not None:
+            out["rules"].setdefault(rule, {})[run_id] = (int(hosts or 0), int(waived or 0))
+    return out
+
+
+def group_history(data: dict, groups: "finding_groups.FindingGroups",
+                  nights: int = TREND_NIGHTS) -> Dict[tuple, dict]:
+    """Per finding group (groups.groups' keys), from rule_nights' data of the nights before this
+    run: "open_since", the first night of the unbroken stretch of nights up to the last one on
+    which its rule was present (unwaived, or waived for a waived group), None when it was not on
+    the last night (new tonight); "trend", its rule's hosts (unwaived groups) or waived findings
+    (waived groups) on each of the last `nights` nights, oldest first, as [(generated_at, count)].
+    The store keeps rules' counts, not messages: the groups of one rule share its history.
+    summary.md shows it; report.html can call this with its own groups."""
+    order = data["nights"]
+    out = {}
+    for key in groups.groups:
+        counts = data["rules"].get(key[0], {})
+        column = 1 if finding_groups.is_waived(key) else 0
+        series = [(at, counts.get(run_id, (0, 0))[column]) for run_id, at in order]
+        since = None
+        for at, count in reversed(series):
+            if not count:
+                break
+            since = at
+        out[key] = {"open_since": since, "trend": series[-nights:]}
+    return out

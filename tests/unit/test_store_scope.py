@@ -2,14 +2,17 @@
 diff from the store compares a night with the last night of the same scope, in SQLite and in a real
 PostgreSQL server, on run folders made by the real report step."""
 
+import datetime
 import json
 import os
+import re
 
 import pytest
 
-from ext4audit import store as store_pkg
+from ext4audit import finding_groups, markdown, reports, store as store_pkg
 from ext4audit.store import history, schema
 from test_store import CLEAN, NOBARRIER, cli, store_url  # noqa: F401  (store_url: the fixture)
+from test_summary_md import host_reports, real_run, ten_thousand  # noqa: F401  (real_run: the fixture)
 
 
 def night(base, name, hosts, store, scope_hosts, scope_limit=""):
@@ -24,24 +27,24 @@ def night(base, name, hosts, store, scope_hosts, scope_limit=""):
                          "--scope-hosts", scope_hosts, "--scope-limit", scope_limit)
     assert code in (0, 1), err
     with open(os.path.join(run_dir, "summary.json")) as handle:
-        return code, json.load(handle)["baseline"]
+        return code, json.load(handle)["baseline"], run_dir
 
 
 def test_the_store_diff_compares_nights_of_the_same_scope(tmp_path, store_url):  # noqa: F811
     """Whole nights and --limit web nights in turn: each compares with the last of its own scope."""
     whole = [("db-1", NOBARRIER), ("web-1", CLEAN)]
-    code, diff = night(tmp_path, "night-1", whole, store_url, "all")
+    code, diff, _ = night(tmp_path, "night-1", whole, store_url, "all")
     assert code == 1 and diff["run_id"].startswith("(none")  # nothing before: every finding new
-    code, diff = night(tmp_path, "night-2", [("web-1", CLEAN)], store_url, "all", "web")
+    code, diff, _ = night(tmp_path, "night-2", [("web-1", CLEAN)], store_url, "all", "web")
     assert code == 0 and diff["run_id"].startswith("(none")  # no web night before; not the whole one
     # the whole night again: compared with night-1, not with the web night (db-1 would be "added")
-    code, diff = night(tmp_path, "night-3", whole, store_url, "all")
+    code, diff, _ = night(tmp_path, "night-3", whole, store_url, "all")
     assert (code, diff["run_id"], diff["new"], diff["hosts_added"]) == (0, "night-1", [], [])
     # web's own night: web-1's new finding is new since night-2, and db-1 is not "removed"
-    code, diff = night(tmp_path, "night-4", [("web-1", NOBARRIER)], store_url, "web")
+    code, diff, _ = night(tmp_path, "night-4", [("web-1", NOBARRIER)], store_url, "web")
     assert (code, diff["run_id"], diff["hosts_removed"]) == (1, "night-2", [])
     assert set(e["rule"] for e in diff["new"]) >= {"EXT4_NOBARRIER"}
-    code, diff = night(tmp_path, "night-5", whole, store_url, "*", "all")
+    code, diff, _ = night(tmp_path, "night-5", whole, store_url, "*", "all")
     assert (code, diff["run_id"], diff["new"]) == (0, "night-3", [])
     with schema.open_store(store_url) as store:
         assert [(r["run_id"], r["scope"]) for r in history.runs(store)] == [
@@ -52,11 +55,11 @@ def test_a_store_of_runs_without_a_scope_is_still_compared(tmp_path, store_url):
     """The first night after an upgrade compares with the last night recorded without a scope;
     a report without one (run by hand) compares with the last night of any scope, as before."""
     whole = [("db-1", NOBARRIER), ("web-1", CLEAN)]
-    code, diff = night(tmp_path, "night-1", whole, store_url, "")
+    code, diff, _ = night(tmp_path, "night-1", whole, store_url, "")
     assert code == 1 and diff["run_id"].startswith("(none")
-    code, diff = night(tmp_path, "night-2", whole, store_url, "all")
+    code, diff, _ = night(tmp_path, "night-2", whole, store_url, "all")
     assert (code, diff["run_id"]) == (0, "night-1")
-    code, diff = night(tmp_path, "night-3", [("web-1", CLEAN)], store_url, "", "")
+    code, diff, _ = night(tmp_path, "night-3", [("web-1", CLEAN)], store_url, "", "")
     assert (code, diff["run_id"]) == (0, "night-2")
 
 
@@ -68,3 +71,65 @@ def test_a_store_of_runs_without_a_scope_is_still_compared(tmp_path, store_url):
 ])
 def test_a_selection_written_two_ways_is_one_scope(hosts, limit, scope):
     assert store_pkg.scope(hosts, limit) == scope
+
+
+def summary_rows(run_dir, rule):
+    """summary.md's rows of the finding groups of `rule`, as lists of cells."""
+    with open(os.path.join(run_dir, "summary.md"), encoding="utf-8") as handle:
+        table = handle.read().split("### Findings by group")[1].split("###")[0]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()
+            if line.startswith("| ") and "| %s |" % rule.replace("_", "\\_") in line]
+
+
+def test_summary_md_shows_each_group_open_since_and_its_trend(tmp_path, store_url):  # noqa: F811
+    """Whole nights, a --limit web night between them: a group's trend and open-since read the
+    whole nights only, the stretch broken by the clean night."""
+    script = [("all", "", [("db-1", NOBARRIER), ("web-1", CLEAN)]), ("all", "web", [("web-1", NOBARRIER)]),
+              ("all", "", [("db-1", CLEAN), ("web-1", CLEAN)]), ("all", "", [("db-1", NOBARRIER), ("web-1", NOBARRIER)]),
+              ("all", "", [("db-1", NOBARRIER), ("web-1", NOBARRIER)])]
+    stamps = ["2026-11-0%dT03:00:00Z" % day for day in range(1, 6)]
+    for number, (hosts, limit, fleet) in enumerate(script):
+        run_dir = night(tmp_path, "night-%d" % (number + 1), fleet, store_url, hosts, limit)[2]
+        with schema.open_store(store_url) as store, store.transaction():  # as if it ran that night
+            store.execute("UPDATE runs SET generated_at = ? WHERE run_id = ?", (stamps[number], "night-%d" % (number + 1)))
+        if number == 1:
+            assert summary_rows(run_dir, "EXT4_NOBARRIER")[0][-2:] == ["-", "-"]  # no web night before it
+    # severity, rule, hosts, finding, on, open since, trend (nights 1, 3, 4; not the web night)
+    row = summary_rows(run_dir, "EXT4_NOBARRIER")[0]
+    assert (row[0], row[2], row[-2], row[-1]) == ("high", "2", "2026-11-04", "1 0 2")
+    assert cli("report", run_dir, "--store", "off", "--formats", "markdown")[0] in (0, 1)
+    with open(os.path.join(run_dir, "summary.md"), encoding="utf-8") as handle:
+        assert "open since" not in handle.read()  # no store: no history columns
+
+
+def test_group_history_waived_groups_new_rules_and_a_store_without_nights():
+    groups = finding_groups.FindingGroups(False, 5)
+    waiver = {"justification": "ok", "approver": "a", "expires": "2099-01-01", "status": "active"}
+    for host, findings in (("h1", [("R_OLD", False), ("R_NEW", False)]), ("h2", [("R_OLD", True)])):
+        groups.add_host({"host": host, "findings": [
+            {"rule": rule, "severity": "high", "message": "m", "waived": waived, "waiver": waiver if waived else None}
+            for rule, waived in findings]})
+    data = {"nights": [("n%d" % n, "2026-11-%02dT03:00:00Z" % n) for n in range(1, 10)],
+            "rules": {"R_OLD": dict(("n%d" % n, (n % 5, 1 if n > 6 else 0)) for n in range(1, 10))}}
+    past = history.group_history(data, groups)
+    by_rule = dict(((key[0], finding_groups.is_waived(key)), value) for key, value in past.items())
+    assert by_rule["R_OLD", False] == {"open_since": "2026-11-06T03:00:00Z", "trend": [
+        ("2026-11-%02dT03:00:00Z" % n, n % 5) for n in range(3, 10)]}
+    assert by_rule["R_OLD", True]["open_since"] == "2026-11-07T03:00:00Z"
+    assert by_rule["R_NEW", False]["open_since"] is None and [c for _, c in by_rule["R_NEW", False]["trend"]] == [0] * 7
+    assert all(v == {"open_since": None, "trend": []} for v in history.group_history(
+        {"nights": [], "rules": {}}, groups).values())
+
+
+def test_summary_md_with_a_month_of_history_at_10000_hosts_stays_within_its_budget(real_run):
+    """Thousands of groups, each with its open-since and a 7-night trend: still within BUDGET."""
+    _, templates = host_reports(real_run)
+    fleet = ten_thousand(templates)
+    summary = reports.summarize(fleet, "night", "high", True, datetime.datetime(2026, 11, 29, 3, 0))
+    rules = set(f["rule"] for report in fleet for f in report["findings"])
+    data = {"nights": [("n%d" % n, "2026-10-%02dT03:00:00Z" % n) for n in range(1, 31)],
+            "rules": dict((rule, dict(("n%d" % n, (100000 + n, 1000)) for n in range(1, 31))) for rule in rules)}
+    text = markdown.document(summary, fleet, None, data)
+    assert len(text.encode("utf-8")) <= markdown.BUDGET + 4096  # the cut notes come on top
+    assert "| 2026-10-01 | 100,024 100,025 100,026 100,027 100,028 100,029 100,030 |" in text
+    assert re.search(r"^\.\.\. [\d,]+ more group\(s\)", text, re.M)
