@@ -153,11 +153,10 @@ def _history_head(history: "dict | None") -> list:
     """The group table's head: with the store's history, its two columns and what they mean."""
     if history is None:
         return ["| severity | rule | hosts | finding | on |", "|---|---|---|---|---|"]
-    nights = history["nights"]
     return ["Open since: the first of the nights in a row up to the last one (%s) with the group's rule "
             "(waived, for a waived group); trend: hosts with it on each of the last %d nights of this scope "
             "(waived findings, for a waived group), oldest first; the results store keeps rules, so the "
-            "groups of a rule share them." % (nights[-1][1] if nights else "none yet", store_history.TREND_NIGHTS), "",
+            "groups of a rule share them." % (history["nights"][-1][1], store_history.TREND_NIGHTS), "",
             "| severity | rule | hosts | finding | on | open since | trend |", "|---|---|---|---|---|---|---|"]
 
 

@@ -61,8 +61,8 @@ def record_report(args: argparse.Namespace, summary: dict) -> List[str]:
 
 def report_history(args: argparse.Namespace) -> Optional[dict]:
     """For summary.md's finding groups, before tonight is recorded: history.rule_nights of the
-    store the report step records into, nights of this run's scope; None without a store (off) or
-    when it cannot be read (record_report then says why)."""
+    store the report step records into, nights of this run's scope; None without a store (off),
+    without a night of this scope yet, or when it cannot be read (record_report then says why)."""
     reports_dir = os.path.dirname(os.path.normpath(os.path.abspath(args.run_dir)))
     where = location(args.store, reports_dir)
     if where is None:
@@ -74,7 +74,7 @@ def report_history(args: argparse.Namespace) -> Optional[dict]:
         return None
     run_id = os.path.basename(os.path.normpath(args.run_dir))  # reported again: its earlier record is not history
     data["nights"] = [night for night in data["nights"] if night[0] != run_id]
-    return data
+    return data if data["nights"] else None  # a first night: nothing to show yet
 
 
 def since_lines(seen: Dict[tuple, str], tonight: str, where: str) -> List[str]:
