@@ -133,3 +133,13 @@ def test_summary_md_with_a_month_of_history_at_10000_hosts_stays_within_its_budg
     assert len(text.encode("utf-8")) <= markdown.BUDGET + 4096  # the cut notes come on top
     assert "| 2026-10-01 | 100,024 100,025 100,026 100,027 100,028 100,029 100,030 |" in text
     assert re.search(r"^\.\.\. [\d,]+ more group\(s\)", text, re.M)
+
+
+def test_bulk_insert_keeps_every_value_as_given(store_url):  # noqa: F811
+    """Store.insert (PostgreSQL: COPY's text format made by the store) round-trips the characters
+    that end a COPY value or row, a backslash, the text \\N, NULL, non-ASCII text and integers."""
+    values = ["a\tb", "line\nbreak\r", "back\\slash", "\\N", "", None, "h\u00f6st-\u65e5\u672c", "<b>|x</b>"]
+    with schema.open_store(store_url) as store, store.transaction():
+        store.execute("CREATE TABLE t (n INTEGER, v TEXT)")
+        store.insert("t", ("n", "v"), ((number, value) for number, value in enumerate(values)))
+        assert store.rows("SELECT n, v FROM t ORDER BY n") == list(enumerate(values))
