@@ -81,8 +81,10 @@ def grow(store, nights, hosts):
                           "hosts_audited, findings, waived, content_hash, hosts_with_findings FROM slices WHERE run_id = 'night-00'",
                           (run_id, at))
             store.execute("INSERT INTO hosts SELECT ?, host, status, reason, kernel, kernel_upstream, kernel_vendor, "
-                          "groups_json, fail_on, findings, failing, waived, slice FROM hosts WHERE run_id = 'night-00'",
+                          "groups_json, fail_on, findings, failing, waived, slice, image FROM hosts WHERE run_id = 'night-00'",
                           (run_id,))
+            store.execute("INSERT INTO image_counts SELECT ?, slice, image, hosts FROM image_counts "
+                          "WHERE run_id = 'night-00'", (run_id,))
             store.execute("INSERT INTO findings SELECT ?, host, rule, severity, device, mountpoint, waived, waiver, "
                           "evidence_key, slice FROM findings WHERE run_id = 'night-00' AND host NOT LIKE ?",
                           (run_id, "host-%%%02d" % night))

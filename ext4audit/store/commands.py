@@ -121,6 +121,9 @@ def add_history_parser(sub: Any) -> None:
     q = questions.add_parser("trend", help="per night: findings and hosts with one, of a rule or of all")
     q.add_argument("--rule")
     q.add_argument("--nights", type=int, default=30)
+    q = questions.add_parser("images", help="per night: the hosts on each image (their os-release), or on --image")
+    q.add_argument("--image", help="only this image (as `history images` names it): how many hosts still run it")
+    q.add_argument("--nights", type=int, default=30)
     q = questions.add_parser("findings", help="each finding's first seen, last seen and resolved dates")
     q.add_argument("--host")
     q.add_argument("--rule")
@@ -154,6 +157,8 @@ def cmd_history(args: argparse.Namespace) -> int:
             result = history.timeline(store, args.host, args.nights)
         elif question == "trend":
             result = history.trend(store, args.rule, args.nights)
+        elif question == "images":
+            result = history.images(store, args.image, args.nights)
         elif question == "findings":
             result = history.episodes(store, args.host, args.rule)
         elif question == "regressed":
@@ -172,6 +177,7 @@ COLUMNS = {
     "runs": ("run_id", "generated_at", "verdict", "complete", "hosts", "hosts_audited", "findings", "waived", "scope"),
     "timeline": ("generated_at", "run_id", "status", "kernel", "findings"),
     "trend": ("generated_at", "run_id", "findings", "hosts", "waived", "hosts_audited"),
+    "images": ("generated_at", "run_id", "hosts", "image"),
     "findings": ("host", "rule", "severity", "mountpoint", "first_seen", "last_seen", "resolved", "nights", "waived"),
     "regressed": ("host", "since_run", "run", "findings"),
     "time-to-fix": ("rule", "severity", "fixed", "median_days", "max_days", "open"),

@@ -80,6 +80,29 @@ def trend(store: backends.Store, rule: Optional[str] = None, limit: int = 30) ->
              "hosts_audited": audited.get(run_id)} for run_id, at in order]
 
 
+def images(store: backends.Store, image: Optional[str] = None, limit: int = 30) -> List[dict]:
+    """Per night (the last `limit`): the hosts on each image (ingest.image_of; "" unknown), the
+    most first; with `image`, only that one, 0 on a night without it: how many still run it."""
+    order = nights(store, limit)
+    if not order:
+        return []
+    ids = [n[0] for n in order]
+    counts: Dict[str, Dict[str, int]] = {}
+    for run_id, name, hosts in store.rows(
+            "SELECT run_id, image, SUM(hosts) FROM image_counts WHERE run_id IN (%s)%s GROUP BY run_id, image"
+            % (", ".join("?" * len(ids)), " AND image = ?" if image is not None else ""),
+            ids + ([image] if image is not None else [])):
+        counts.setdefault(run_id, {})[name] = int(hosts)
+    out = []
+    for run_id, at in order:
+        night = counts.get(run_id, {})
+        if image is not None:
+            night = {image: night.get(image, 0)}
+        out += [{"run_id": run_id, "generated_at": at, "image": name, "hosts": hosts}
+                for name, hosts in sorted(night.items(), key=lambda item: (-item[1], item[0]))]
+    return out
+
+
 def episodes(store: backends.Store, host: Optional[str] = None, rule: Optional[str] = None) -> List[dict]:
     """Each finding's stretches of presence: first_seen, last_seen, resolved (None while open),
     waived (on its last night), nights present. Filtered by host and/or rule."""

@@ -10,8 +10,8 @@ import re
 import pytest
 
 from ext4audit import finding_groups, markdown, reports, store as store_pkg
-from ext4audit.store import history, schema
-from test_store import CLEAN, NOBARRIER, cli, store_url  # noqa: F401  (store_url: the fixture)
+from ext4audit.store import history, ingest, schema
+from test_store import CLEAN, NOBARRIER, cli, reported_run, store_url  # noqa: F401  (store_url: the fixture)
 from test_summary_md import host_reports, real_run, ten_thousand  # noqa: F401  (real_run: the fixture)
 
 
@@ -143,3 +143,46 @@ def test_bulk_insert_keeps_every_value_as_given(store_url):  # noqa: F811
         store.execute("CREATE TABLE t (n INTEGER, v TEXT)")
         store.insert("t", ("n", "v"), ((number, value) for number, value in enumerate(values)))
         assert store.rows("SELECT n, v FROM t ORDER BY n") == list(enumerate(values))
+
+
+def on_image(tree, **os_release):
+    """Facts of a host whose /etc/os-release says os_release (ext4_facts keeps it with the kernel)."""
+    return dict(tree, kernel=dict(tree["kernel"], os_release=os_release))
+
+
+def test_how_many_hosts_still_run_an_image(tmp_path, store_url):  # noqa: F811
+    """Hosts move from Debian 11 to 12 over three nights; a host built from a named image says so."""
+    old = {"ID": "debian", "VERSION_ID": "11", "PRETTY_NAME": "Debian GNU/Linux 11 (bullseye)"}
+    new = {"ID": "debian", "VERSION_ID": "12", "PRETTY_NAME": "Debian GNU/Linux 12 (bookworm)"}
+    golden = dict(new, IMAGE_ID="golden-db", IMAGE_VERSION="2026.03")
+    script = [[old, old], [new, old], [new, new]]
+    with schema.open_store(store_url) as store:
+        for number, releases in enumerate(script):
+            fleet = [("web-%d" % n, on_image(CLEAN, **release)) for n, release in enumerate(releases)]
+            fleet += [("db-1", on_image(NOBARRIER, **golden)), ("gone", None)]
+            run_dir, _ = reported_run(tmp_path, "night-%d" % number, fleet, night="2026-11-0%dT03:00:00Z" % (number + 1))
+            ingest.ingest(store, run_dir)
+        assert [(n["generated_at"][:10], n["hosts"]) for n in history.images(store, old["PRETTY_NAME"])] == [
+            ("2026-11-01", 2), ("2026-11-02", 1), ("2026-11-03", 0)]
+        assert [(n["image"], n["hosts"]) for n in history.images(store) if n["run_id"] == "night-1"] == [
+            ("", 1), ("Debian GNU/Linux 11 (bullseye)", 1), ("Debian GNU/Linux 12 (bookworm)", 1),
+            ("golden-db 2026.03", 1)]
+        assert store.one("SELECT image FROM hosts WHERE run_id = 'night-2' AND host = 'web-0'")[0] == new["PRETTY_NAME"]
+    code, out, _ = cli("history", "--store", store_url, "images", "--image", "golden-db 2026.03", "--nights", "2")
+    assert code == 0 and [line.split()[-3:] for line in out.splitlines()[1:]] == [["1", "golden-db", "2026.03"]] * 2
+
+
+def test_a_store_of_schema_version_3_gets_images_unknown(tmp_path, store_url):  # noqa: F811
+    """The migration to version 4: the hosts recorded before have no image (counted as unknown)."""
+    run = ingest.read_run(reported_run(tmp_path, "old", [("db-1", CLEAN), ("web-1", CLEAN)])[0])
+    store = store_pkg.backends.connect(store_url)
+    with store:
+        schema.migrate(store, target=3)
+        with store.transaction():  # a night as version 3 recorded it: hosts without an image
+            store.execute("INSERT INTO runs (run_id, generated_at, ingested_at, verdict, complete, hosts, hosts_audited, "
+                          "findings, waived, content_hash) VALUES ('old', '2026-10-01T03:00:00Z', 'x', 'pass', 1, 2, 2, "
+                          "0, 0, '')")
+            store.insert("hosts", ingest.HOST_COLUMNS[:-1], (("old", "") + row[:-1] for row, _ in run["hosts"]))
+    with schema.open_store(store_url) as store:
+        assert history.images(store) == [{"run_id": "old", "generated_at": "2026-10-01T03:00:00Z", "image": "",
+                                          "hosts": 2}]
