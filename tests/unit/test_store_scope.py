@@ -44,8 +44,11 @@ def test_the_store_diff_compares_nights_of_the_same_scope(tmp_path, store_url): 
     code, diff, _ = night(tmp_path, "night-4", [("web-1", NOBARRIER)], store_url, "web")
     assert (code, diff["run_id"], diff["hosts_removed"]) == (1, "night-2", [])
     assert set(e["rule"] for e in diff["new"]) >= {"EXT4_NOBARRIER"}
-    code, diff, _ = night(tmp_path, "night-5", whole, store_url, "*", "all")
+    code, diff, night5 = night(tmp_path, "night-5", whole, store_url, "*", "all")
     assert (code, diff["run_id"], diff["new"]) == (0, "night-3", [])
+    # the gate re-evaluating night-5 takes the scope recorded with it: night-3 again, not night-4
+    code, out, err = cli("gate", night5, "--fail-on-new", "true", "--store", store_url)
+    assert code == 0, out + err
     with schema.open_store(store_url) as store:
         assert [(r["run_id"], r["scope"]) for r in history.runs(store)] == [
             ("night-5", "all"), ("night-4", "web"), ("night-3", "all"), ("night-2", "web"), ("night-1", "all")]
