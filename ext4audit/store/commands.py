@@ -225,8 +225,8 @@ class StoreBaseline(baseline.Baseline):
 
 def store_baseline(args: argparse.Namespace) -> Optional[baseline.Baseline]:
     """fail_on_new without --baseline: new since the last complete run of the same scope in the
-    store (another run id; history.last_night). A store with none gives an empty baseline: every finding is new (its host was not
-    compared). None without a store (off)."""
+    store (another run id; history.last_night). A store with none gives an empty baseline: every
+    finding is new (its host was not compared). None without a store (off)."""
     run_dir = os.path.abspath(args.run_dir) if args.run_dir else os.path.abspath("reports/latest")
     where = location(args.store, os.path.dirname(os.path.normpath(run_dir)))
     if where is None:
