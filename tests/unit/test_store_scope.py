@@ -1,6 +1,7 @@
-"""The run's scope in the results store (the facts play's hosts pattern and --limit): the nightly
-diff from the store compares a night with the last night of the same scope, in SQLite and in a real
-PostgreSQL server, on run folders made by the real report step."""
+"""The results store, in SQLite and in a real PostgreSQL server, on run folders made by the real
+report step: the run's scope (the facts play's hosts pattern and --limit), so that the nightly
+diff from the store compares a night with the last night of the same scope; summary.md's finding
+groups with their open-since and trend; each host's image; the bulk insert's values."""
 
 import datetime
 import json
