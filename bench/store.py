@@ -11,7 +11,8 @@
    timed into a new SQLite file and, with --postgresql, a new PostgreSQL database.
 3. The store is grown to --nights nights by copying that night in SQL (each copy with its own run
    id and date, and the 1% of the hosts whose number ends in the night's without their findings), then the history's questions are
-   timed: the fleet trend, a rule's trend, a host's timeline. Size on disk per host and night.
+   timed: the fleet trend, a rule's trend, a host's timeline, the report step's query for
+   summary.md's finding groups (history.rule_nights) and their rows. Size on disk per host and night.
 """
 
 import argparse
@@ -27,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "bench")]
 
 import aggregate  # noqa: E402  (bench/aggregate.py: the synthetic fleet)
-from ext4audit import reports  # noqa: E402
+from ext4audit import finding_groups, reports  # noqa: E402
 from ext4audit.store import history, ingest, schema  # noqa: E402
 
 
@@ -80,8 +81,10 @@ def grow(store, nights, hosts):
                           "hosts_audited, findings, waived, content_hash, hosts_with_findings FROM slices WHERE run_id = 'night-00'",
                           (run_id, at))
             store.execute("INSERT INTO hosts SELECT ?, host, status, reason, kernel, kernel_upstream, kernel_vendor, "
-                          "groups_json, fail_on, findings, failing, waived, slice FROM hosts WHERE run_id = 'night-00'",
+                          "groups_json, fail_on, findings, failing, waived, slice, image FROM hosts WHERE run_id = 'night-00'",
                           (run_id,))
+            store.execute("INSERT INTO image_counts SELECT ?, slice, image, hosts FROM image_counts "
+                          "WHERE run_id = 'night-00'", (run_id,))
             store.execute("INSERT INTO findings SELECT ?, host, rule, severity, device, mountpoint, waived, waiver, "
                           "evidence_key, slice FROM findings WHERE run_id = 'night-00' AND host NOT LIKE ?",
                           (run_id, "host-%%%02d" % night))
@@ -109,9 +112,16 @@ def measure(kind, location, folder, nights, hosts, size):
         rule = store.one("SELECT rule FROM rule_counts ORDER BY findings DESC LIMIT 1")[0]
         _, rule_s = timed("trend of %s" % rule, history.trend, store, rule, nights)
         _, host_s = timed("timeline of host-054321", history.timeline, store, "host-%06d" % min(54321, hosts - 1), nights)
+        # the report step's one query for summary.md's groups (open since, trend), and their rows from it
+        data, groups_s = timed("summary.md's group history (query)", history.rule_nights, store, "")
+        groups = finding_groups.FindingGroups(False)
+        for name in os.listdir(os.path.join(folder, "hosts")):
+            groups.add_host(reports.read_json(os.path.join(folder, "hosts", name), "host report"))
+        _, rows_s = timed("  and its %d groups' rows" % len(groups.groups), history.group_history, data, groups)
         bytes_ = size(store)
         print("  size: %.1f MiB, %.0f bytes per host and night" % (bytes_ / 2 ** 20, bytes_ / hosts / nights))
     return {"ingest_s": ingest_s, "trend_s": trend_s, "rule_trend_s": rule_s, "timeline_s": host_s,
+            "group_history_s": groups_s, "group_rows_s": rows_s,
             "bytes_per_host_night": bytes_ / hosts / nights, "findings_per_night": findings}
 
 

@@ -101,6 +101,7 @@ def _report(args, run_dir):
     job = fleet.Job(run_dir, catalog, waivers, base, probes, plan, run_id, now, args.fail_on, args.fail_on_new,
                     max(len(paths), len(play_hosts or ())), plotted_hosts(probes, plan), os.path.join(args.rules_dir, "catalog.yml"),
                     args.inventory, args.formats, play_hosts)
+    job.history = store_commands.report_history(args)  # summary.md's groups: open since, trend
     summary_path = os.path.join(run_dir, reports.SUMMARY)
     try:
         job.staging = fleet.stage(run_dir)

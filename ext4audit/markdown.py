@@ -14,6 +14,7 @@ import os
 import re
 
 from . import finding_groups, policy as policy_mod, probe, probe_actions, reports, severity_rank, writers
+from .store import history as store_history
 
 # The backslash first (the others add one), "&" before the entities.
 _MD = (("\\", "\\\\"), ("&", "&amp;"), ("<", "&lt;"), (">", "&gt;")) + tuple((c, "\\" + c) for c in "`*_[]{}()#+!|~$-")
@@ -58,10 +59,13 @@ class Page:
         return added
 
 
-def document(summary: dict, host_reports: list, groups: "finding_groups.FindingGroups | None" = None) -> str:
+def document(summary: dict, host_reports: list, groups: "finding_groups.FindingGroups | None" = None,
+             history: "dict | None" = None) -> str:
     """summary.md: the verdict, the findings by rule and by group (groups: the whole fleet's;
-    None: made from host_reports), the hosts most in need of attention, kernel groups, the
-    baseline diff, then the details of the hosts of host_reports that are shown, within BUDGET."""
+    None: made from host_reports; history: the store's nights before this run, history.rule_nights,
+    for each group's "open since" and trend; None: no store), the hosts most in need of attention,
+    kernel groups, the baseline diff, then the details of the hosts of host_reports that are
+    shown, within BUDGET."""
     if groups is None:
         groups = finding_groups.FindingGroups(summary.get("baseline") is not None, GROUP_HOSTS)
         for report in host_reports:
@@ -76,7 +80,7 @@ def document(summary: dict, host_reports: list, groups: "finding_groups.FindingG
                                                                           md(w["approver"]))
                                     for w in expired[:EXPIRED_NAMED]),
             "; %d more in summary.json" % (len(expired) - EXPIRED_NAMED) if len(expired) > EXPIRED_NAMED else ""), "")
-    _group_lines(page, summary, groups)
+    _group_lines(page, summary, groups, history)
     rows = sorted(summary["hosts"], key=reports.attention_order)[:MD_HOSTS]
     page.add("### Hosts most in need of attention", "",
              "| host | status | worst | findings | failing | waived | probe |", "|---|---|---|---|---|---|---|")
@@ -100,9 +104,10 @@ def document(summary: dict, host_reports: list, groups: "finding_groups.FindingG
     return "\n".join(page.lines)
 
 
-def _group_lines(page: Page, summary: dict, groups: finding_groups.FindingGroups) -> None:
+def _group_lines(page: Page, summary: dict, groups: finding_groups.FindingGroups, history: "dict | None") -> None:
     """The fleet's findings by rule (every rule with a finding: a few dozen rows at most), then by
-    group, the worst first, within GROUPS_BUDGET; what did not fit is counted."""
+    group, the worst first, within GROUPS_BUDGET (with the store's history: since when each is
+    open, and its trend); what did not fit is counted."""
     order = groups.ordered()
     if not order:
         return
@@ -131,9 +136,10 @@ def _group_lines(page: Page, summary: dict, groups: finding_groups.FindingGroups
              "Each group is one finding (rule, severity, message, waiver%s) and the hosts that have it; %s "
              "group(s), the worst first." % (", baseline state" if groups.with_baseline else "",
                                              "{:,}".format(len(order))), "",
-             "| severity | rule | hosts | finding | on |", "|---|---|---|---|---|")
-    shown = page.rows((_group_row(key, hosts, samples) for key, (_, hosts, samples) in order),
-                      page.size + GROUPS_BUDGET)
+             *_history_head(history))
+    past = store_history.group_history(history, groups) if history is not None else None
+    shown = page.rows((_group_row(key, hosts, samples) + (_history_cells(past[key]) if past else "")
+                       for key, (_, hosts, samples) in order), page.size + GROUPS_BUDGET)
     if shown < len(order):
         left = order[shown:]
         page.add("", "... %s more group(s) (%s findings, the worst %s) did not fit in GitHub's job summary: see "
@@ -141,6 +147,23 @@ def _group_lines(page: Page, summary: dict, groups: finding_groups.FindingGroups
                      "{:,}".format(len(left)), "{:,}".format(sum(findings for _, (findings, _, _) in left)),
                      max((key[1] for key, _ in left), key=severity_rank)))
     page.add("")
+
+
+def _history_head(history: "dict | None") -> list:
+    """The group table's head: with the store's history, its two columns and what they mean."""
+    if history is None:
+        return ["| severity | rule | hosts | finding | on |", "|---|---|---|---|---|"]
+    return ["Open since: the first of the nights in a row up to the last one (%s) with the group's rule "
+            "(waived, for a waived group); trend: hosts with it on each of the last %d nights of this scope "
+            "(waived findings, for a waived group), oldest first; the results store keeps rules, so the "
+            "groups of a rule share them." % (history["nights"][-1][1], store_history.TREND_NIGHTS), "",
+            "| severity | rule | hosts | finding | on | open since | trend |", "|---|---|---|---|---|---|---|"]
+
+
+def _history_cells(past: dict) -> str:
+    """A group's "open since" and trend cells, after its row's last."""
+    since = past["open_since"][:10] if past["open_since"] else "new" if past["trend"] else "-"
+    return " %s | %s |" % (since, " ".join("{:,}".format(count) for _, count in past["trend"]) or "-")
 
 
 def _group_row(key: tuple, hosts: int, samples: list) -> str:
@@ -309,4 +332,4 @@ class Writer(finding_groups.Writer):
         shown = [row["host"] for row in sorted(summary["hosts"], key=reports.attention_order)[:MD_HOSTS]]
         out.write(document(summary, [
             reports.read_json(os.path.join(self.job.run_dir, "hosts", reports.safe_name(host) + ".json"), "host report")
-            for host in shown], merged))
+            for host in shown], merged, getattr(self.job, "history", None)))

@@ -8,7 +8,7 @@ answers questions about the nights recorded.
 """
 
 import os
-from typing import Optional
+from typing import List, Optional
 
 DEFAULT_NAME = "history.sqlite"  # beside the run folders
 OFF = "off"  # ext4_audit_store / --store: record nothing
@@ -41,3 +41,41 @@ def display(store: str) -> str:
     scheme, _, rest = store.partition("://")
     userinfo, at, host = rest.rpartition("@")
     return "%s://%s%s%s" % (scheme, userinfo.split(":", 1)[0], at, host) if at else store
+
+
+def _pattern_terms(pattern: str) -> List[str]:
+    """An Ansible host pattern's terms, as Ansible splits them: on commas, or else on colons
+    outside [ranges] (an IPv6 address is one term)."""
+    pattern = pattern.strip()
+    if "," in pattern:
+        terms = pattern.split(",")
+    elif pattern.count(":") > 1 and all(c in "0123456789abcdefABCDEF:." for c in pattern):
+        terms = [pattern]  # fe80::1
+    else:
+        terms, depth, start = [], 0, 0
+        for index, char in enumerate(pattern):
+            depth += (char == "[") - (char == "]")
+            if char == ":" and depth == 0:
+                terms.append(pattern[start:index])
+                start = index + 1
+        terms.append(pattern[start:])
+    return [t.strip() for t in terms if t.strip()]
+
+
+def _canonical(pattern: str) -> str:
+    """A pattern written so that the same selection reads the same: Ansible applies the plain
+    terms, then the &intersections, then the !exclusions, each in any order; duplicates are one."""
+    terms = set("all" if t == "*" else t for t in _pattern_terms(pattern))
+    return ",".join(sorted(terms, key=lambda t: ("&!".find(t[0]) + 1, t)))
+
+
+def scope(hosts: str, limit: str = "") -> str:
+    """The run's scope in the store: the facts play's hosts pattern (ext4_audit_hosts) narrowed by
+    --limit, normalised (web:db and db,web are one scope; `all` or `*` narrowed by web is web).
+    Empty: unknown (a run recorded before scopes were, or ingested without one)."""
+    hosts, limit = _canonical(hosts), _canonical(limit)
+    if limit in ("", "all", hosts):
+        return hosts
+    if hosts in ("", "all"):
+        return limit
+    return "%s --limit %s" % (hosts, limit)

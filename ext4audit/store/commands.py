@@ -9,7 +9,7 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from .. import baseline, reports
-from . import DEFAULT_NAME, OFF, StoreError, display, history, ingest, location, schema
+from . import DEFAULT_NAME, OFF, StoreError, display, history, ingest, location, schema, scope
 
 SINCE_LINES = 5  # rules named in the report step's "first seen" lines: the oldest, known before tonight
 
@@ -25,6 +25,21 @@ def add_report_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slice", default="", metavar="NAME",
                         help="record this run folder as slice NAME of its night (AWX job slices, several "
                              "controllers: the same run id, one name each; default: the whole night)")
+    add_scope_options(parser)
+
+
+def add_scope_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scope-hosts", default="", metavar="PATTERN",
+                        help="the facts play's hosts pattern (ext4_audit_hosts), recorded as the run's scope with "
+                             "--scope-limit: the store's nightly diff compares nights of one scope (empty: unknown, "
+                             "compared with any)")
+    parser.add_argument("--scope-limit", default="", metavar="PATTERN", help="the run's --limit (ansible_limit)")
+
+
+def run_scope(args: argparse.Namespace) -> str:
+    """The scope of the run being reported (store.scope of --scope-hosts and --scope-limit); empty: unknown."""
+    hosts, limit = getattr(args, "scope_hosts", ""), getattr(args, "scope_limit", "")
+    return scope(hosts or "all", limit) if hosts or limit else ""
 
 
 def record_report(args: argparse.Namespace, summary: dict) -> List[str]:
@@ -36,12 +51,30 @@ def record_report(args: argparse.Namespace, summary: dict) -> List[str]:
         return []
     try:
         with schema.open_store(where) as store:
-            done = ingest.ingest(store, args.run_dir, args.slice)
+            done = ingest.ingest(store, args.run_dir, args.slice, scope=run_scope(args))
             seen = history.first_seen(store, done["run_id"])
     except StoreError as exc:
         raise StoreError("%s (the run folder %s is complete: record it later with `ext4audit history ingest %s`)"
                          % (exc, args.run_dir, args.run_dir))
     return since_lines(seen, summary["generated_at"], display(where))
+
+
+def report_history(args: argparse.Namespace) -> Optional[dict]:
+    """For summary.md's finding groups, before tonight is recorded: history.rule_nights of the
+    store the report step records into, nights of this run's scope; None without a store (off),
+    without a night of this scope yet, or when it cannot be read (record_report then says why)."""
+    reports_dir = os.path.dirname(os.path.normpath(os.path.abspath(args.run_dir)))
+    where = location(args.store, reports_dir)
+    if where is None:
+        return None
+    try:
+        with schema.open_store(where) as store:
+            data = history.rule_nights(store, run_scope(args))
+    except StoreError:
+        return None
+    run_id = os.path.basename(os.path.normpath(args.run_dir))  # reported again: its earlier record is not history
+    data["nights"] = [night for night in data["nights"] if night[0] != run_id]
+    return data if data["nights"] else None  # a first night: nothing to show yet
 
 
 def since_lines(seen: Dict[tuple, str], tonight: str, where: str) -> List[str]:
@@ -88,6 +121,9 @@ def add_history_parser(sub: Any) -> None:
     q = questions.add_parser("trend", help="per night: findings and hosts with one, of a rule or of all")
     q.add_argument("--rule")
     q.add_argument("--nights", type=int, default=30)
+    q = questions.add_parser("images", help="per night: the hosts on each image (their os-release), or on --image")
+    q.add_argument("--image", help="only this image (as `history images` names it): how many hosts still run it")
+    q.add_argument("--nights", type=int, default=30)
     q = questions.add_parser("findings", help="each finding's first seen, last seen and resolved dates")
     q.add_argument("--host")
     q.add_argument("--rule")
@@ -101,6 +137,7 @@ def add_history_parser(sub: Any) -> None:
     q.add_argument("run_dir")
     q.add_argument("--slice", default="")
     q.add_argument("--run-id", help="the night to record it in (default: its own run id)")
+    add_scope_options(q)
     q = questions.add_parser("where", help="the store the report step of a reports folder records into, as "
                              "shown to people (a URL without its password; empty when --store off); opens nothing")
     q.add_argument("reports_dir")
@@ -120,6 +157,8 @@ def cmd_history(args: argparse.Namespace) -> int:
             result = history.timeline(store, args.host, args.nights)
         elif question == "trend":
             result = history.trend(store, args.rule, args.nights)
+        elif question == "images":
+            result = history.images(store, args.image, args.nights)
         elif question == "findings":
             result = history.episodes(store, args.host, args.rule)
         elif question == "regressed":
@@ -129,15 +168,16 @@ def cmd_history(args: argparse.Namespace) -> int:
         elif question == "prune":
             result = {"removed_runs": history.prune(store, args.keep_days), "keep_days": args.keep_days}
         else:
-            result = ingest.ingest(store, args.run_dir, args.slice, args.run_id)
+            result = ingest.ingest(store, args.run_dir, args.slice, args.run_id, run_scope(args))
     sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n" if args.json else table(question, result))
     return 0
 
 
 COLUMNS = {
-    "runs": ("run_id", "generated_at", "verdict", "complete", "hosts", "hosts_audited", "findings", "waived"),
+    "runs": ("run_id", "generated_at", "verdict", "complete", "hosts", "hosts_audited", "findings", "waived", "scope"),
     "timeline": ("generated_at", "run_id", "status", "kernel", "findings"),
     "trend": ("generated_at", "run_id", "findings", "hosts", "waived", "hosts_audited"),
+    "images": ("generated_at", "run_id", "hosts", "image"),
     "findings": ("host", "rule", "severity", "mountpoint", "first_seen", "last_seen", "resolved", "nights", "waived"),
     "regressed": ("host", "since_run", "run", "findings"),
     "time-to-fix": ("rule", "severity", "fixed", "median_days", "max_days", "open"),
@@ -184,16 +224,18 @@ class StoreBaseline(baseline.Baseline):
 
 
 def store_baseline(args: argparse.Namespace) -> Optional[baseline.Baseline]:
-    """fail_on_new without --baseline: new since the last complete run in the store (another run
-    id). A store with none gives an empty baseline: every finding is new (its host was not
-    compared). None without a store (off)."""
+    """fail_on_new without --baseline: new since the last complete run of the same scope in the
+    store (another run id; history.last_night). A store with none gives an empty baseline: every
+    finding is new (its host was not compared). None without a store (off)."""
     run_dir = os.path.abspath(args.run_dir) if args.run_dir else os.path.abspath("reports/latest")
     where = location(args.store, os.path.dirname(os.path.normpath(run_dir)))
     if where is None:
         return None
     run_id = os.path.basename(os.path.normpath(run_dir))
     with schema.open_store(where) as store:
-        night = history.last_night(store, run_id)
+        # the report step's own scope; the gate's: the one recorded with the run it re-evaluates
+        tonight = run_scope(args) if hasattr(args, "scope_hosts") else history.scope_of(store, run_id)
+        night = history.last_night(store, run_id, tonight)
     name = "store %s" % display(where)
     if night is None:
         return StoreBaseline("(none: %s has no earlier complete run)" % name, name, {}, {})

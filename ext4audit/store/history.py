@@ -12,11 +12,12 @@ import json
 import statistics
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .. import reports, severity_rank
+from .. import finding_groups, reports, severity_rank
 from . import StoreError, backends
 from .ingest import SLICE_TABLES, WORST
 
 DEFAULT_KEEP_DAYS = 400  # a year of nights and a month to compare a year ago with
+TREND_NIGHTS = 7  # nights of a finding group's trend in summary.md (group_history)
 Identity = Tuple[str, str, Optional[str], Optional[str]]
 
 
@@ -29,9 +30,10 @@ def nights(store: backends.Store, limit: Optional[int] = None, until: Optional[s
 
 
 def runs(store: backends.Store, limit: int = 30) -> List[dict]:
-    rows = store.rows("SELECT run_id, generated_at, verdict, complete, hosts, hosts_audited, findings, waived, reason "
-                      "FROM runs ORDER BY generated_at DESC, run_id DESC LIMIT %d" % int(limit))
-    keys = ("run_id", "generated_at", "verdict", "complete", "hosts", "hosts_audited", "findings", "waived", "reason")
+    rows = store.rows("SELECT run_id, generated_at, verdict, complete, hosts, hosts_audited, findings, waived, reason, "
+                      "scope FROM runs ORDER BY generated_at DESC, run_id DESC LIMIT %d" % int(limit))
+    keys = ("run_id", "generated_at", "verdict", "complete", "hosts", "hosts_audited", "findings", "waived", "reason",
+            "scope")
     return [dict(zip(keys, row), complete=bool(row[3])) for row in rows]
 
 
@@ -76,6 +78,29 @@ def trend(store: backends.Store, rule: Optional[str] = None, limit: int = 30) ->
     return [{"run_id": run_id, "generated_at": at, "rule": rule, "findings": int((counts.get(run_id) or (0,))[0] or 0),
              "hosts": int((counts.get(run_id) or (0, 0))[1] or 0), "waived": int((counts.get(run_id) or (0, 0, 0))[2] or 0),
              "hosts_audited": audited.get(run_id)} for run_id, at in order]
+
+
+def images(store: backends.Store, image: Optional[str] = None, limit: int = 30) -> List[dict]:
+    """Per night (the last `limit`): the hosts on each image (ingest.image_of; "" unknown), the
+    most first; with `image`, only that one, 0 on a night without it: how many still run it."""
+    order = nights(store, limit)
+    if not order:
+        return []
+    ids = [n[0] for n in order]
+    counts: Dict[str, Dict[str, int]] = {}
+    for run_id, name, hosts in store.rows(
+            "SELECT run_id, image, SUM(hosts) FROM image_counts WHERE run_id IN (%s)%s GROUP BY run_id, image"
+            % (", ".join("?" * len(ids)), " AND image = ?" if image is not None else ""),
+            ids + ([image] if image is not None else [])):
+        counts.setdefault(run_id, {})[name] = int(hosts)
+    out = []
+    for run_id, at in order:
+        night = counts.get(run_id, {})
+        if image is not None:
+            night = {image: night.get(image, 0)}
+        out += [{"run_id": run_id, "generated_at": at, "image": name, "hosts": hosts}
+                for name, hosts in sorted(night.items(), key=lambda item: (-item[1], item[0]))]
+    return out
 
 
 def episodes(store: backends.Store, host: Optional[str] = None, rule: Optional[str] = None) -> List[dict]:
@@ -223,12 +248,26 @@ def _stamp(text: str) -> str:
     raise StoreError("--since %r: give a date (2026-11-28) or a UTC stamp (2026-11-28T03:00:00Z)" % text)
 
 
-def last_night(store: backends.Store, other_than: str) -> Optional[Tuple[str, Dict[str, str], Dict[str, dict]]]:
-    """The last complete night other than `other_than`, for the nightly diff: (run_id, {host:
+def scope_of(store: backends.Store, run_id: str) -> str:
+    """The scope recorded with run_id (store.scope); empty when unknown or not recorded."""
+    row = store.one("SELECT scope FROM runs WHERE run_id = ?", (run_id,))
+    return row[0] if row else ""
+
+
+def last_night(store: backends.Store, other_than: str,
+               scope: str = "") -> Optional[Tuple[str, Dict[str, str], Dict[str, dict]]]:
+    """The last complete night other than `other_than` of the same scope, for the nightly diff
+    (a --limit web night is not compared with a whole fleet's, nor the other way): (run_id, {host:
     status}, {host: {identity: severity}}), a finding found twice at its highest severity; None
-    when there is none."""
-    row = store.one("SELECT run_id FROM runs WHERE complete = 1 AND run_id <> ? ORDER BY generated_at DESC, "
-                    "run_id DESC LIMIT 1", (other_than,))
+    when there is none. Without a night of that scope, the last of unknown scope (recorded before
+    scopes were): the first night after an upgrade is still compared. An unknown scope tonight
+    (a report run by hand without --scope-hosts) takes the last night of any scope."""
+    row = None
+    for where in (("AND scope = ?", "AND scope = ''") if scope else ("",)):  # unknown tonight: as before, any
+        row = store.one("SELECT run_id FROM runs WHERE complete = 1 AND run_id <> ? %s ORDER BY generated_at DESC, "
+                        "run_id DESC LIMIT 1" % where, (other_than, scope) if "?" in where else (other_than,))
+        if row is not None:
+            break
     if row is None:
         return None
     statuses = dict(store.rows("SELECT host, status FROM hosts WHERE run_id = ?", (row[0],)))
@@ -258,3 +297,45 @@ def host_night(store: backends.Store, run_id: str, host: str) -> Optional[dict]:
                        "SELECT mountpoint, device, superblock FROM filesystems WHERE run_id = ? AND host = ?",
                        (run_id, host))]
     return {"host": host, "status": status[0], "findings": findings, "filesystems": filesystems}
+
+
+def rule_nights(store: backends.Store, scope: str = "") -> dict:
+    """Every complete night of `scope` (empty: of any) and, per rule, its hosts with an unwaived
+    finding and its waived findings on each, from rule_counts (counted at ingest): one query, a
+    row per night and rule, whatever the fleet's size. {"nights": [(run_id, generated_at)],
+    "rules": {rule: {run_id: (hosts, waived)}}}; group_history reads it."""
+    out: dict = {"nights": [], "rules": {}}
+    for run_id, at, rule, hosts, waived in store.rows(
+            "SELECT r.run_id, r.generated_at, c.rule, SUM(c.hosts), SUM(c.waived) FROM runs r "
+            "LEFT JOIN rule_counts c ON c.run_id = r.run_id WHERE r.complete = 1%s "
+            "GROUP BY r.run_id, r.generated_at, c.rule ORDER BY r.generated_at, r.run_id, c.rule"
+            % (" AND r.scope = ?" if scope else ""), (scope,) if scope else ()):
+        if not out["nights"] or out["nights"][-1][0] != run_id:
+            out["nights"].append((run_id, at))
+        if rule is not None:
+            out["rules"].setdefault(rule, {})[run_id] = (int(hosts or 0), int(waived or 0))
+    return out
+
+
+def group_history(data: dict, groups: "finding_groups.FindingGroups",
+                  nights: int = TREND_NIGHTS) -> Dict[tuple, dict]:
+    """Per finding group (groups.groups' keys), from rule_nights' data of the nights before this
+    run: "open_since", the first night of the unbroken stretch of nights up to the last one on
+    which its rule was present (unwaived, or waived for a waived group), None when it was not on
+    the last night (new tonight); "trend", its rule's hosts (unwaived groups) or waived findings
+    (waived groups) on each of the last `nights` nights, oldest first, as [(generated_at, count)].
+    The store keeps rules' counts, not messages: the groups of one rule share its history.
+    summary.md shows it; report.html can call this with its own groups."""
+    order = data["nights"]
+    out = {}
+    for key in groups.groups:
+        counts = data["rules"].get(key[0], {})
+        column = 1 if finding_groups.is_waived(key) else 0
+        series = [(at, counts.get(run_id, (0, 0))[column]) for run_id, at in order]
+        since = None
+        for at, count in reversed(series):
+            if not count:
+                break
+            since = at
+        out[key] = {"open_since": since, "trend": series[-nights:]}
+    return out

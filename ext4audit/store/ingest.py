@@ -17,12 +17,24 @@ import msgspec
 from .. import contract, reports, severity_rank
 from . import backends
 
-SLICE_TABLES = ("findings", "hosts", "kernel_groups", "rule_counts", "filesystems", "slices")  # a slice's rows, slices last
+SLICE_TABLES = ("findings", "hosts", "kernel_groups", "rule_counts", "image_counts", "filesystems",
+                "slices")  # a slice's rows, slices last
 WORST = {"incomplete": 2, "fail": 1, "pass": 0}  # a night is as bad as its worst slice
-_HOST = msgspec.json.Decoder(contract.HostReport)
+
+
+class _Kernel(contract.Kernel):
+    """The report's kernel and what the store reads beside it: the facts' os-release (image_of)."""
+    os_release: Optional[Dict[str, str]] = None
+
+
+class _HostReport(contract.HostReport):
+    kernel: Optional[_Kernel] = None
+
+
+_HOST = msgspec.json.Decoder(_HostReport)
 _EVIDENCE = msgspec.json.Encoder(order="sorted")
 HOST_COLUMNS = ("run_id", "slice", "host", "status", "reason", "kernel", "kernel_upstream", "kernel_vendor",
-                "groups_json", "fail_on", "findings", "failing", "waived")
+                "groups_json", "fail_on", "findings", "failing", "waived", "image")
 FINDING_COLUMNS = ("run_id", "slice", "host", "rule", "severity", "device", "mountpoint", "waived", "waiver",
                    "evidence_key")
 FILESYSTEM_COLUMNS = ("run_id", "slice", "host", "mountpoint", "device", "superblock")
@@ -30,6 +42,18 @@ FILESYSTEM_COLUMNS = ("run_id", "slice", "host", "mountpoint", "device", "superb
 
 def _run_files(run_dir: str) -> List[str]:
     return sorted(glob.glob(os.path.join(run_dir, "hosts", "*.json")))
+
+
+def image_of(kernel: "_Kernel") -> Optional[str]:
+    """What a host's facts know of the system image it runs: its /etc/os-release (a disk image's
+    own, for ext4_image_facts' records), IMAGE_ID and IMAGE_VERSION where the image names
+    itself, else PRETTY_NAME, else ID and VERSION_ID; None without one (a host not audited)."""
+    release = kernel.os_release or {}
+    for keys in (("IMAGE_ID", "IMAGE_VERSION"), ("PRETTY_NAME",), ("ID", "VERSION_ID")):
+        named = " ".join(release[key] for key in keys if release.get(key))
+        if named:
+            return named
+    return None
 
 
 def evidence_key(evidence: Optional[dict]) -> Optional[str]:
@@ -62,7 +86,7 @@ def read_run(run_dir: str) -> dict:
         except msgspec.DecodeError as exc:
             raise reports.ReportError("host report %s is not valid JSON: %s" % (path, exc))
         fail_on = report.policy.fail_on if report.policy else fail_on_default
-        kernel = report.kernel or contract.Kernel()
+        kernel = report.kernel or _Kernel()
         findings = [(f.rule, f.severity, f.device, f.mountpoint, int(f.waived),
                      f.waiver.justification if f.waived and f.waiver else None, evidence_key(f.evidence))
                     for f in report.findings]
@@ -70,7 +94,7 @@ def read_run(run_dir: str) -> dict:
         row = (report.host, report.status, report.reason, kernel.release, kernel.upstream, kernel.vendor,
                msgspec.json.encode(report.groups or []).decode("utf-8"), fail_on, len(unwaived),
                sum(severity_rank(f.severity) >= severity_rank(fail_on) for f in unwaived),
-               len(report.findings) - len(unwaived))
+               len(report.findings) - len(unwaived), image_of(kernel))
         hosts.append((row, findings))
         with_findings = set(f.mountpoint for f in report.findings)
         filesystems += [(report.host, fs.mountpoint, fs.device,
@@ -129,6 +153,12 @@ def _insert_slice(store: backends.Store, run_id: str, slice_name: str, run: dict
     store.insert("filesystems", FILESYSTEM_COLUMNS, ((run_id, slice_name) + fs for fs in run["filesystems"]))
     store.insert("rule_counts", ("run_id", "slice", "rule", "findings", "hosts", "waived"),
                  ((run_id, slice_name, rule) + tuple(counts) for rule, counts in sorted(rules.items())))
+    images: Dict[str, int] = {}
+    for row, _ in run["hosts"]:
+        image = row[HOST_COLUMNS.index("image") - 2] or ""
+        images[image] = images.get(image, 0) + 1
+    store.insert("image_counts", ("run_id", "slice", "image", "hosts"),
+                 ((run_id, slice_name, image, hosts) for image, hosts in sorted(images.items())))
     store.executemany("INSERT INTO kernel_groups VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [
         (run_id, slice_name, g.get("kernel"), g.get("upstream"), g["rule"], g["severity"], g.get("action"),
          g["hosts"]) for g in run["kernel_groups"]])

@@ -120,6 +120,18 @@ MIGRATIONS: List[List[str]] = [
             superblock TEXT)              -- JSON of contract.Superblock's fields; NULL: not read""",
         "CREATE INDEX filesystems_run ON filesystems (run_id, host)",
     ],
+    # 4: each host's image (ingest.image_of: the system its facts say it runs), and a night's hosts
+    # by image counted at ingest, so that "how many hosts still run X" reads a row a night and image
+    [
+        "ALTER TABLE hosts ADD COLUMN image TEXT",
+        """CREATE TABLE image_counts (
+            run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+            slice TEXT NOT NULL,
+            image TEXT NOT NULL,          -- '': not known (a host not audited, a run recorded before)
+            hosts INTEGER NOT NULL,
+            PRIMARY KEY (run_id, slice, image))""",
+        "INSERT INTO image_counts SELECT run_id, slice, '', COUNT(*) FROM hosts GROUP BY run_id, slice",
+    ],
 ]
 VERSION = len(MIGRATIONS)
 LOCK_KEY = 0x65787434  # PostgreSQL advisory lock: one migrating controller at a time ("ext4")

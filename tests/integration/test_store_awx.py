@@ -10,12 +10,14 @@ import sys
 import yaml
 
 from conftest import ROOT, VENV_BIN
+from ext4audit.store import history, schema
 
 SLICES = ("a", "b")
 
 
-def runner_job(private, slice_name, store, password):
-    """One slice job: ansible-runner over playbooks/audit.yml with the extra variables the docs give."""
+def runner_job(private, slice_name, store, password, run_id="nightly-20261129", limit=None):
+    """One slice job: ansible-runner over playbooks/audit.yml with the extra variables the docs give
+    (limit: the job template's limit, ansible-playbook's --limit)."""
     for folder in ("env", "inventory"):
         (private / folder).mkdir(parents=True)
     (private / "inventory" / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {
@@ -25,10 +27,11 @@ def runner_job(private, slice_name, store, password):
         "ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"), "ANSIBLE_NOCOLOR": "1", "PYTHONPATH": ROOT,
         "PGPASSWORD": password}))  # an AWX credential injects it; never an extra variable
     (private / "env" / "extravars").write_text(yaml.safe_dump({
-        "ext4_audit_store": store, "ext4_audit_run_id": "nightly-20261129", "ext4_audit_store_slice": slice_name,
+        "ext4_audit_store": store, "ext4_audit_run_id": run_id, "ext4_audit_store_slice": slice_name,
         "ext4_audit_gate": False, "ext4_audit_reports_dir": str(private / "reports")}))
     return subprocess.run([os.path.join(VENV_BIN, "python"), "-m", "ansible_runner", "run", str(private),
-                           "--project-dir", ROOT, "-p", "playbooks/audit.yml", "--ident", "slice-" + slice_name],
+                           "--project-dir", ROOT, "-p", "playbooks/audit.yml", "--ident", "slice-" + slice_name]
+                          + (["--limit", limit] if limit else []),
                           env=dict(os.environ, PATH=VENV_BIN + os.pathsep + os.environ["PATH"]),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
@@ -50,3 +53,11 @@ def test_awx_slices_meet_in_postgresql_and_the_gate_node_gates_the_night(postgre
     missing = subprocess.run([sys.executable, "-m", "ext4audit", "gate", "--store", store, "--run", "nightly-20261129",
                               "--slice-count", "3"], env=env, cwd=str(tmp_path), stdout=subprocess.PIPE)
     assert missing.returncode == 2 and b"3 slice(s) expected" in missing.stdout
+    # the night's scope, as the report task passed it: the facts play's hosts; a job with a limit
+    # records that limit (the store's nightly diff compares nights of one scope)
+    job = runner_job(tmp_path / "limited", "c", store, postgresql["password"], "limited-20261129", "slice-c-host")
+    assert job.returncode == 0, job.stdout.decode(errors="replace")[-3000:]
+    os.environ["PGPASSWORD"] = postgresql["password"]
+    with schema.open_store(store) as recorded:
+        assert dict((r["run_id"], r["scope"]) for r in history.runs(recorded)) == {
+            "nightly-20261129": "all", "limited-20261129": "slice-c-host"}

@@ -192,7 +192,7 @@ def test_migration_from_the_first_schema_version(tmp_path, store_url):
             store.execute("INSERT INTO findings VALUES ('old', 'db-1', 'EXT4_NOBARRIER', 'high', '/dev/loop0', '/data', "
                           "0, NULL, NULL)")
     with schema.open_store(store_url) as store:
-        assert schema.version_of(store) == schema.VERSION == 3
+        assert schema.version_of(store) == schema.VERSION == 4
         assert history.gate(store, "old")[0] == "fail"
         assert [t["findings"] for t in history.trend(store, "EXT4_NOBARRIER")] == [1]  # counted by the migration
         assert [(t["findings"], t["hosts"]) for t in history.trend(store)] == [(1, 1)]
@@ -200,7 +200,7 @@ def test_migration_from_the_first_schema_version(tmp_path, store_url):
         ingest.ingest(store, night)
         assert [e["first_seen"] for e in history.episodes(store, "db-1", "EXT4_NOBARRIER")] == ["2026-10-01T03:00:00Z"]
         store.execute("UPDATE store_meta SET value = '99' WHERE key = 'schema_version'")
-    with pytest.raises(store_pkg.StoreError, match="schema version 99; this ext4audit knows versions up to 3"):
+    with pytest.raises(store_pkg.StoreError, match="schema version 99; this ext4audit knows versions up to 4"):
         schema.open_store(store_url)
 
 
