@@ -13,7 +13,7 @@ import sys
 import traceback
 
 from . import SEVERITIES, severity_rank, catalog as catalog_mod, contract, kernel_gate, kernel_records, probe, reports, waivers as waivers_mod
-from . import baseline as baseline_mod, fleet, store as store_mod, html, markdown, merge, policy as policy_mod, run as run_mod, terminal, version, writers
+from . import baseline as baseline_mod, fleet, store as store_mod, html, markdown, merge, policy as policy_mod, terminal, version, writers
 from .parsers import run_folder
 from .store import commands as store_commands
 
@@ -395,16 +395,20 @@ class _CheckVersion(argparse.Action):
         print("plan cache: %s" % probe.plan_cache_prefix())
 
 
-def main(argv=None):
+def _run_elsewhere(_args):
+    raise reports.ReportError("`ext4audit run` starts in ext4audit.__main__.main (the ext4audit command), not cli.main")
+
+
+def main(argv: "list[str] | None" = None) -> int:
+    """Run one of the commands but `run` (__main__.main starts that); return its exit code."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["run"]:  # every argument after it is ansible-playbook's, options too
-        return run_mod.main(argv[1:])
     parser = argparse.ArgumentParser(prog="ext4audit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action=_Version, nargs=0, help="print the version and check the installed requirements")
     sub = parser.add_subparsers(dest="command", required=True)
+    # listed here for --help; the command starts in __main__.main, before this module is loaded
     sub.add_parser("run", help="run ansible-playbook (ext4audit run [--] PLAYBOOK ARGS...) and exit with the "
-                   "gate's code: 0 pass, 1 policy failed, 2 incomplete or could not run")
+                   "gate's code: 0 pass, 1 policy failed, 2 incomplete or could not run").set_defaults(func=_run_elsewhere)
     for name, func in (("report", cmd_report), ("gate", cmd_gate), ("merge", cmd_merge)):
         p = sub.add_parser(name, help=func.__doc__.splitlines()[0] if func.__doc__ else
                            "evaluate a run folder's facts and write every report")

@@ -19,10 +19,10 @@ run carries RUN_ENV in its environment (Ansible's workers start their own sessio
 group does not hold them all), and a watchdog process kills them when this process dies without
 saying so (SIGKILL). A private folder left by a killed run is removed at the next start.
 
-`make audit` runs it as `python -m ext4audit.run`: the other commands' modules (numpy, the
-catalog...) are not imported before ansible-playbook starts; they are loaded while it runs, for
-the verdict and for the playbook's own `ext4audit` commands (the report step), which run in forks
-of this process (ext4audit/forkserver.py).
+`ext4audit run` starts here without the other commands' modules (numpy, the catalog...): they
+are loaded while ansible-playbook runs (PRELOAD), for the playbook's own `ext4audit` commands (the
+report step), which run in forks of this process (ext4audit/forkserver.py, by playbook_command).
+`make audit` runs it as `python -m ext4audit.run`, the same start as `ext4audit run`.
 """
 
 import json
@@ -49,7 +49,15 @@ LISTING_OPTIONS = ("--list-tasks", "--list-hosts", "--list-tags", "--syntax-chec
 WORK_PREFIX = "ext4audit-run-"  # this command's private folders in the temporary directory
 RUN_ENV = "EXT4AUDIT_RUN_TOKEN"  # marks every process of one run (kill_run)
 STOP_GRACE_S = 10  # after a forwarded TERM/INT, the run's processes left are killed
+# What the playbook's commands need, heaviest last: loaded while ansible-playbook runs (forkserver.serve)
+PRELOAD = ("ext4audit.cli", "matplotlib.figure", "matplotlib.backends.backend_svg")
 WATCHDOG_OPTION = "--watchdog-for-run"  # `python -m ext4audit.run --watchdog-for-run TOKEN`: start_watchdog's process
+
+
+def playbook_command(argv: list) -> int:
+    """One of the playbook's `ext4audit` commands, in a fork of this process (forkserver.serve)."""
+    from . import cli  # pylint: disable=import-outside-toplevel  # loaded already (PRELOAD), not before ansible-playbook starts
+    return cli.main(argv)
 
 
 def ansible_playbook():
@@ -174,7 +182,7 @@ def _take_terminal_back():
         pass
 
 
-def main(argv):
+def main(argv: list) -> int:
     """Run ansible-playbook with argv; return the gate's exit code."""
     if argv[:1] == ["--"]:
         argv = argv[1:]
@@ -216,7 +224,7 @@ def main(argv):
         previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
         previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, lambda _s, _f: kill_run(token, 0.5))
         try:
-            ansible_rc = forkserver.serve(listener, child)
+            ansible_rc = forkserver.serve(listener, child, playbook_command, PRELOAD)
         finally:
             _take_terminal_back()
             signal.alarm(0)
