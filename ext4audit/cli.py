@@ -12,13 +12,11 @@ import re
 import sys
 import traceback
 
-from . import SEVERITIES, severity_rank, catalog as catalog_mod, contract, kernel_gate, kernel_records, probe, reports, waivers as waivers_mod
+from . import DEFAULT_FAIL_ON, ERROR, SEVERITIES, severity_rank, catalog as catalog_mod, contract, kernel_gate, kernel_records, probe, reports, waivers as waivers_mod
 from . import baseline as baseline_mod, fleet, store as store_mod, html, markdown, merge, policy as policy_mod, terminal, version, writers
 from .parsers import run_folder
 from .store import commands as store_commands
 
-
-DEFAULT_FAIL_ON = "high"
 
 
 def load_probe(run_dir):
@@ -281,7 +279,7 @@ def cmd_remediate_plan(args):
                                       _json_arg(args.choices, dict, "--choices"))
     except (remediation.RemediationError, reports.ReportError) as exc:
         print("ext4audit remediate-plan: %s" % exc, file=sys.stderr)
-        return 2
+        return ERROR
     print(json.dumps(items))
     return 0
 
@@ -293,7 +291,7 @@ def cmd_remediate_night(args):
         print(remediation.store_night(args.store, args.store_run))
     except remediation.RemediationError as exc:
         print("ext4audit remediate-night: %s" % exc, file=sys.stderr)
-        return 2
+        return ERROR
     return 0
 
 
@@ -304,7 +302,7 @@ def cmd_remediate_outcome(args):
         after = remediation.read_host_report(args.run_dir, args.host)
     except reports.ReportError as exc:
         print("ext4audit remediate-outcome: %s" % exc, file=sys.stderr)
-        return 2
+        return ERROR
     print(json.dumps(remediation.outcome(_json_arg(args.plan, list, "--plan"),
                                          _json_arg(args.applied, list, "--applied"), after)))
     return 0
@@ -530,12 +528,12 @@ def main(argv: "list[str] | None" = None) -> int:
     except (contract.ContractError, catalog_mod.CatalogError, waivers_mod.WaiverError, policy_mod.PolicyError, reports.ReportError, probe.ProbeError,
             kernel_records.RecordsError, kernel_gate.PolicyError, store_mod.StoreError, OSError) as exc:
         print("error: %s" % exc, file=sys.stderr)
-        return 2
+        return ERROR
     except Exception as exc:  # a bug, or input no check caught: exit 2 (could not run), never 1 (policy failed)
         print("error: %s failed on an unexpected %s: %s (traceback below)" % (args.command, type(exc).__name__, exc),
               file=sys.stderr)
         traceback.print_exc()
-        return 2
+        return ERROR
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import shutil
 import signal
 import tempfile
 
-from . import baseline as baseline_mod, contract, engine, policy as policy_mod, probe, reports, waivers as waivers_mod, writers as writers_mod
+from . import DEFAULT_FAIL_ON, baseline as baseline_mod, contract, engine, policy as policy_mod, probe, reports, waivers as waivers_mod, writers as writers_mod
 from .parsers import run_folder
 
 FACTS_SCHEMA = contract.FACTS_SCHEMA
@@ -99,7 +99,7 @@ def load_record(item, owners):
     return failed_record(host, problem) if problem else record
 
 
-def build_host_report(record, catalog, waivers, run_id, now, probes=None, plan=None, fail_on="high"):
+def build_host_report(record, catalog, waivers, run_id, now, probes=None, plan=None, fail_on=DEFAULT_FAIL_ON):
     """Turn one facts record written by the playbook into a host report.
 
     probes: the run's probe records by host (None when the run had no probe), plan: its probe

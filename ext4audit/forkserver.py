@@ -25,12 +25,11 @@ import struct
 import sys
 from typing import Callable, Sequence
 
-from . import umask
+from . import ERROR, umask
 
 ENV = "EXT4AUDIT_FORKSERVER"
 SOCKET_NAME = "forkserver.sock"
 REQUEST_MAX = 1 << 20  # arguments and environment: a few KB
-ERROR = 2  # reports.EXIT_CODES["incomplete"]: could not run
 REFUSED = "refused"
 POLL_S = 0.05  # how often the server looks for the playbook's end when no request comes
 

@@ -5,7 +5,7 @@ too) and 4 when a host was unreachable, so its code cannot tell "the fleet is ba
 broke". This runs it with the same arguments and its output untouched, and gives it a private file
 (the extra variable ext4_audit_exit_file, in a folder only this user can write) where the report
 step itself writes its verdict (`ext4audit report --verdict-file`). The exit code is then the one
-`ext4audit gate` gives (reports.EXIT_CODES): 0 pass, 1 policy failed, 2 incomplete; and 2 whenever
+`ext4audit gate` gives (EXIT_CODES): 0 pass, 1 policy failed, 2 incomplete; and 2 whenever
 the playbook did not reach a verdict or Ansible itself failed. The run folder is never read back
 for the verdict: what is there could have changed since the report step wrote it.
 A playbook that gates on nothing (ext4_audit_gate false: the record says so) exits as
@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 
-from . import forkserver
+from . import ERROR, EXIT_CODES, forkserver
 from .parsers import own_folders
 
 EXIT_FILE_VAR = "ext4_audit_exit_file"
@@ -42,8 +42,6 @@ RECORD_MAX = 64 * 1024
 # ansible-playbook's codes for a run that went to its end: 0, 2 some task failed on a host, 4 a host
 # was unreachable. The verdict already counts such hosts (not audited: incomplete, by policy).
 ANSIBLE_FINISHED = (0, 2, 4)
-ERROR = 2  # reports.EXIT_CODES["incomplete"] (tests/unit/test_run.py); reports is imported late
-VERDICT_CODES = {"pass": 0, "fail": 1, "incomplete": ERROR}  # reports.EXIT_CODES (the same test)
 # ansible-playbook options that list or check the playbook and run nothing: no verdict is expected
 LISTING_OPTIONS = ("--list-tasks", "--list-hosts", "--list-tags", "--syntax-check")
 WORK_PREFIX = "ext4audit-run-"  # this command's private folders in the temporary directory
@@ -84,7 +82,7 @@ def verdict_code(ansible_rc: int, exit_file: str) -> "tuple[int, str | None]":
             raise TypeError(gate)
         if gate is False:  # reports only: Ansible's own success or failure
             return (0, None) if ansible_rc == 0 else (ERROR, "ansible-playbook exited %d" % ansible_rc)
-        return VERDICT_CODES[record["verdict"]], None
+        return EXIT_CODES[record["verdict"]], None
     except (ValueError, TypeError, KeyError, AttributeError):
         return ERROR, "the report step's record %s has no verdict (pass, fail or incomplete)" % exit_file
 

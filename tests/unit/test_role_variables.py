@@ -33,11 +33,16 @@ def owner(variable):
     return next(role for role in ROLES if variable.startswith(role + "_"))
 
 
-def documented_names():
+def documented():
+    """{variable: its row's default cell} of the tables of docs/variables.md and the README's Variables."""
     readme = read("README.md")
     variables_section = readme[readme.index("\n## Variables"):]
-    return set(re.findall(r"^\| `([a-z0-9_]+)` \|", read("docs", "variables.md") + "\n" +
-                          variables_section[:variables_section.find("\n## ", 1)], re.M))
+    text = read("docs", "variables.md") + "\n" + variables_section[:variables_section.find("\n## ", 1)]
+    return dict(re.findall(r"^\| `([a-z0-9_]+)` \| ([^|]*) \|", text, re.M))
+
+
+def documented_names():
+    return set(documented())
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -58,3 +63,14 @@ def test_every_variable_of_a_role_is_in_its_defaults_with_the_specs_default(role
             assert name in defaults, "%s is not in roles/%s/defaults/main.yml" % (name, owner(name))
             if "default" in option:  # none where the default is a template (ext4_audit_inventory_dir)
                 assert defaults[name] == option["default"], (name, defaults[name], option["default"])
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_the_documented_defaults_are_the_argument_specs(role):
+    """A default cell that starts with a value in backticks (`high`, `[]`, `{...}`) gives the spec's
+    default; others describe it (UTC timestamp, required)."""
+    cells = documented()
+    for name, option in options(role):
+        cell = cells.get(name, "")
+        if "default" in option and cell.startswith("`"):
+            assert yaml.safe_load(cell[1:cell.index("`", 1)]) == option["default"], (name, cell, option["default"])
