@@ -208,7 +208,7 @@ def cmd_kernel_gate(args):
         if run_dir not in loaded:  # both sides usually come from the same run folder
             loaded[run_dir] = load_probe(run_dir)
         records, plan = loaded[run_dir]
-        report_path = os.path.join(run_dir, "hosts", reports.safe_name(host) + ".json")
+        report_path = reports.host_report_path(run_dir, host)
         report = read_host_report(report_path, "%s host report" % role) if os.path.exists(report_path) else None
         sides.append({"host": host, "record": (records or {}).get(host), "report": report})
         plan_ids.append(plan and "seed %s, %s runs, %s levels" % (plan["seed"], plan["runs"], plan["level_set"]))

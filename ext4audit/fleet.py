@@ -197,7 +197,7 @@ def run_shard(number, paths, first_index):
                 raise reports.ReportError("%s: host %r has text that is not Unicode in its facts or probe record "
                                           "(a lone surrogate such as \\udc80): %s" % (path, report["host"], exc))
             try:
-                with open(os.path.join(hosts_dir, reports.safe_name(report["host"]) + ".json"), "xb") as out:
+                with open(os.path.join(hosts_dir, reports.host_report_file(report["host"])), "xb") as out:
                     out.write(text)
             except FileExistsError:
                 raise _clash(report["host"], path)

@@ -160,7 +160,7 @@ def _fill(arg: str, fill: Dict[str, str]) -> str:
 
 def read_host_report(run_dir: str, host: str) -> Dict[str, Any]:
     """hosts/<host>.json of a run folder (the audit's own file name for the host)."""
-    path = os.path.join(run_dir, "hosts", reports.safe_name(host) + ".json")
+    path = reports.host_report_path(run_dir, host)
     return reports.read_json(path, "host report")
 
 

@@ -56,6 +56,16 @@ def safe_name(host):
     return name
 
 
+def host_report_file(host: str) -> str:
+    """The file name of a host's report in a run folder's hosts/."""
+    return safe_name(host) + ".json"
+
+
+def host_report_path(run_dir: str, host: str) -> str:
+    """Where a run folder holds a host's report."""
+    return os.path.join(run_dir, "hosts", host_report_file(host))
+
+
 # The mode open() gives a new file (the umask read once, at import). mkstemp's 0600 would keep
 # ext4audit.prom from node_exporter's textfile collector (another user) and make the fleet files
 # unlike the host reports beside them.
@@ -218,7 +228,7 @@ def read_complete_run(run_dir, what):
     statuses = dict((h["host"], h["status"]) for h in listed)
     if len(statuses) < len(listed):
         raise ReportError("%s %s lists a host twice" % (what, path))
-    files = dict((safe_name(host) + ".json", host) for host in statuses)
+    files = dict((host_report_file(host), host) for host in statuses)
     present = set(os.path.basename(p) for p in glob.glob(os.path.join(run_dir, "hosts", "*.json")))
     if set(files) != present:
         missing, extra = sorted(files[f] for f in set(files) - present), sorted(present - set(files))
