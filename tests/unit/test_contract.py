@@ -6,13 +6,15 @@ copies (argument specs, defaults, the modules' documentation) are checked agains
 import ast
 import json
 import os
+import subprocess
+import sys
 
 import jsonschema
 import pytest
 import yaml
 
 from conftest import ROOT, module_return_doc
-from ext4audit import DEFAULT_FAIL_ON, EXIT_CODES, SEVERITIES, contract
+from ext4audit import DEFAULT_FAIL_ON, EXIT_CODES, SEVERITIES, contract, fact_paths
 from ext4audit.parsers import ext4_parsers
 
 
@@ -192,3 +194,17 @@ def test_no_schema_id_is_written_twice():
                 if '"%s"' % schema_id in handle.read():
                     holders.append(os.path.relpath(path, ROOT))
         assert len(holders) == 1, (schema_id, holders)
+
+
+def test_the_superblock_fields_are_one_table():
+    """ext4_parsers.SUPERBLOCK_FIELDS: the fact paths are its names, the contract decodes some of
+    them, and both modules' RETURN blocks list them as tools/module_return.py writes them."""
+    names = [name for name, _kind, _text in ext4_parsers.SUPERBLOCK_FIELDS]
+    assert tuple(names) == fact_paths.SUPERBLOCK and set(contract.Superblock.__struct_fields__) <= set(names)
+    for module in ("ext4_facts", "ext4_image_facts"):
+        doc = module_return_doc(os.path.join(ROOT, "plugins", "modules", module + ".py"))
+        filesystems = doc[module]["contains"]["filesystems"]["contains"]
+        assert list(filesystems["superblock"]["contains"]) == names, module
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "module_return.py"), "--check"],
+                            stderr=subprocess.PIPE, universal_newlines=True, check=False)
+    assert result.returncode == 0, result.stderr
