@@ -5,6 +5,7 @@ RETURN block as a literal in the module's file: it cannot import the table).
     python tools/module_return.py          # rewrite both modules' superblock fields
     python tools/module_return.py --check  # exit 1 naming each module that differs (tests/unit/test_contract.py)
 """
+import importlib.util
 import os
 import re
 import sys
@@ -13,8 +14,16 @@ import textwrap
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "plugins", "module_utils"))
-import ext4_parsers  # noqa: E402  # pylint: disable=wrong-import-position  # the table, stdlib-only
+
+
+def _parsers():
+    """plugins/module_utils/ext4_parsers.py (stdlib only), loaded from its file: the table's one place."""
+    spec = importlib.util.spec_from_file_location("ext4_parsers", os.path.join(ROOT, "plugins", "module_utils",
+                                                                               "ext4_parsers.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 MODULES = [os.path.join(ROOT, "plugins", "modules", name) for name in ("ext4_facts.py", "ext4_image_facts.py")]
 BEGIN = "# superblock fields: written by tools/module_return.py from ext4_parsers.SUPERBLOCK_FIELDS"
@@ -34,7 +43,7 @@ def _description(text: str, indent: str) -> str:
 def fields(indent: str) -> str:
     """The fields as RETURN `contains` entries, each name at `indent`."""
     out = []
-    for name, kind, text in ext4_parsers.SUPERBLOCK_FIELDS:
+    for name, kind, text in _parsers().SUPERBLOCK_FIELDS:
         inner = indent + "  "
         out.append("%s%s:\n%s%stype: %s\n" % (indent, name, _description(text, inner), inner, kind))
         if kind == "list":
