@@ -133,6 +133,8 @@ def test_the_ansible_copies_of_the_severities_fail_on_default_and_exit_codes_are
         specs = _yaml("roles", role, "meta", "argument_specs.yml")["argument_specs"]
         choices = [spec["options"][name]["choices"] for spec in specs.values() if name in spec["options"]]
         assert choices and all(tuple(c) == SEVERITIES for c in choices), name
+    with open(os.path.join(ROOT, "playbooks", "remediate.yml"), encoding="utf-8") as handle:
+        assert "ext4_remediate_min_severity | default('medium') in %s" % list(SEVERITIES) in handle.read()
     assert _yaml("roles", "ext4_audit", "defaults", "main.yml")["ext4_audit_fail_on"] == DEFAULT_FAIL_ON
     codes = "rc not in %s" % sorted(EXIT_CODES.values())
     for path in (("roles", "ext4_audit", "tasks", "report.yml"), ("playbooks", "kernel_gate.yml")):
