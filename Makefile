@@ -11,7 +11,7 @@ APT_COMMANDS := dumpe2fs debugfs losetup
 APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: schemas collection setup deps vm-deps lint-deps test-deps sarif-multitool ansible-cores cloud-deps audit test lint rules docs role-readmes clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records e2fsprogs-corpus
+.PHONY: schemas collection setup deps vm-deps lint-deps test-deps sarif-multitool ansible-cores cloud-deps audit test lint rules docs role-readmes module-returns clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records e2fsprogs-corpus
 setup: deps $(VENV)/.installed
 
 # Debian packages the audit and the tests use; installed only when a tool is missing.
@@ -192,6 +192,10 @@ schemas: setup
 # roles/<role>/README.md from each role's meta/argument_specs.yml (tests/unit/test_docs.py checks them).
 role-readmes: setup
 	$(VENV)/bin/python tools/role_readme.py
+
+# The superblock fields of ext4_facts' and ext4_image_facts' RETURN blocks, from ext4_parsers.SUPERBLOCK_FIELDS.
+module-returns: setup
+	$(VENV)/bin/python tools/module_return.py
 
 # The documentation: antsibull-docs lints the modules' and roles' documentation (as ansible-doc
 # reads them), then MkDocs builds README.md and docs/ into .cache/docs/site, failing on a link to

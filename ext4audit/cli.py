@@ -12,13 +12,11 @@ import re
 import sys
 import traceback
 
-from . import SEVERITIES, severity_rank, catalog as catalog_mod, contract, kernel_gate, kernel_records, probe, reports, waivers as waivers_mod
-from . import baseline as baseline_mod, fleet, store as store_mod, html, markdown, merge, policy as policy_mod, run as run_mod, terminal, version, writers
+from . import DEFAULT_FAIL_ON, ERROR, SEVERITIES, severity_rank, catalog as catalog_mod, contract, kernel_gate, kernel_records, probe, reports, waivers as waivers_mod
+from . import baseline as baseline_mod, fleet, store as store_mod, html, markdown, merge, policy as policy_mod, terminal, version, writers
 from .parsers import run_folder
 from .store import commands as store_commands
 
-
-DEFAULT_FAIL_ON = "high"
 
 
 def load_probe(run_dir):
@@ -211,7 +209,7 @@ def cmd_kernel_gate(args):
         if run_dir not in loaded:  # both sides usually come from the same run folder
             loaded[run_dir] = load_probe(run_dir)
         records, plan = loaded[run_dir]
-        report_path = os.path.join(run_dir, "hosts", reports.safe_name(host) + ".json")
+        report_path = reports.host_report_path(run_dir, host)
         report = read_host_report(report_path, "%s host report" % role) if os.path.exists(report_path) else None
         sides.append({"host": host, "record": (records or {}).get(host), "report": report})
         plan_ids.append(plan and "seed %s, %s runs, %s levels" % (plan["seed"], plan["runs"], plan["level_set"]))
@@ -282,7 +280,7 @@ def cmd_remediate_plan(args):
                                       _json_arg(args.choices, dict, "--choices"))
     except (remediation.RemediationError, reports.ReportError) as exc:
         print("ext4audit remediate-plan: %s" % exc, file=sys.stderr)
-        return 2
+        return ERROR
     print(json.dumps(items))
     return 0
 
@@ -294,7 +292,7 @@ def cmd_remediate_night(args):
         print(remediation.store_night(args.store, args.store_run))
     except remediation.RemediationError as exc:
         print("ext4audit remediate-night: %s" % exc, file=sys.stderr)
-        return 2
+        return ERROR
     return 0
 
 
@@ -305,7 +303,7 @@ def cmd_remediate_outcome(args):
         after = remediation.read_host_report(args.run_dir, args.host)
     except reports.ReportError as exc:
         print("ext4audit remediate-outcome: %s" % exc, file=sys.stderr)
-        return 2
+        return ERROR
     print(json.dumps(remediation.outcome(_json_arg(args.plan, list, "--plan"),
                                          _json_arg(args.applied, list, "--applied"), after)))
     return 0
@@ -396,16 +394,20 @@ class _CheckVersion(argparse.Action):
         print("plan cache: %s" % probe.plan_cache_prefix())
 
 
-def main(argv=None):
+def _run_elsewhere(_args):
+    raise reports.ReportError("`ext4audit run` starts in ext4audit.__main__.main (the ext4audit command), not cli.main")
+
+
+def main(argv: "list[str] | None" = None) -> int:
+    """Run one of the commands but `run` (__main__.main starts that); return its exit code."""
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["run"]:  # every argument after it is ansible-playbook's, options too
-        return run_mod.main(argv[1:])
     parser = argparse.ArgumentParser(prog="ext4audit", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action=_Version, nargs=0, help="print the version and check the installed requirements")
     sub = parser.add_subparsers(dest="command", required=True)
+    # listed here for --help; the command starts in __main__.main, before this module is loaded
     sub.add_parser("run", help="run ansible-playbook (ext4audit run [--] PLAYBOOK ARGS...) and exit with the "
-                   "gate's code: 0 pass, 1 policy failed, 2 incomplete or could not run")
+                   "gate's code: 0 pass, 1 policy failed, 2 incomplete or could not run").set_defaults(func=_run_elsewhere)
     for name, func in (("report", cmd_report), ("gate", cmd_gate), ("merge", cmd_merge)):
         p = sub.add_parser(name, help=func.__doc__.splitlines()[0] if func.__doc__ else
                            "evaluate a run folder's facts and write every report")
@@ -527,12 +529,12 @@ def main(argv=None):
     except (contract.ContractError, catalog_mod.CatalogError, waivers_mod.WaiverError, policy_mod.PolicyError, reports.ReportError, probe.ProbeError,
             kernel_records.RecordsError, kernel_gate.PolicyError, store_mod.StoreError, OSError) as exc:
         print("error: %s" % exc, file=sys.stderr)
-        return 2
+        return ERROR
     except Exception as exc:  # a bug, or input no check caught: exit 2 (could not run), never 1 (policy failed)
         print("error: %s failed on an unexpected %s: %s (traceback below)" % (args.command, type(exc).__name__, exc),
               file=sys.stderr)
         traceback.print_exc()
-        return 2
+        return ERROR
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ A new scope or a new fact is added here, once.
 Each root lists its keys; "a.b" is a key b inside the mapping a.
 """
 
+from .parsers import ext4_parsers
+
 # Effective mount options as engine.filesystem_context names them (ext4_parsers.option_map:
 # nodelalloc -> delalloc, nobarrier and barrier=0 -> barrier, rw/ro -> ro): every name in
 # fs/ext4/super.c's ext4_param_specs (6.18), the removed ones that older kernels still print,
@@ -28,12 +30,7 @@ OPTIONS = (
     "noreservation", "journal", "resv_strict",
 )
 # ext4_parsers.parse_dumpe2fs
-SUPERBLOCK = (
-    "block_size", "block_count", "blocks_per_group", "inode_count", "inode_size", "features",
-    "errors_behavior", "default_mount_options", "mount_options", "raid_stride", "raid_stripe_width",
-    "journal_features", "journal_bytes", "journal_blocks", "fast_commit_blocks", "journal_device",
-    "state", "error_count", "free_inodes", "free_blocks", "reserved_block_count", "e2fsprogs_fields",
-)
+SUPERBLOCK = tuple(name for name, _type, _description in ext4_parsers.SUPERBLOCK_FIELDS)
 # ext4_facts Collector.queue
 QUEUE = ("device", "rotational", "write_cache", "discard_max_bytes", "optimal_io_size", "model", "kind")
 # ext4_parsers.parse_jbd2_info: the head line, then one key per statistics line (kernels 5.10-6.18)

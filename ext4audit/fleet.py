@@ -27,7 +27,7 @@ import shutil
 import signal
 import tempfile
 
-from . import baseline as baseline_mod, contract, engine, policy as policy_mod, probe, reports, waivers as waivers_mod, writers as writers_mod
+from . import DEFAULT_FAIL_ON, baseline as baseline_mod, contract, engine, policy as policy_mod, probe, reports, waivers as waivers_mod, writers as writers_mod
 from .parsers import run_folder
 
 FACTS_SCHEMA = contract.FACTS_SCHEMA
@@ -97,7 +97,7 @@ def load_record(item, owners):
     return failed_record(host, problem) if problem else record
 
 
-def build_host_report(record, catalog, waivers, run_id, now, probes=None, plan=None, fail_on="high"):
+def build_host_report(record, catalog, waivers, run_id, now, probes=None, plan=None, fail_on=DEFAULT_FAIL_ON):
     """Turn one facts record written by the playbook into a host report.
 
     probes: the run's probe records by host (None when the run had no probe), plan: its probe
@@ -195,7 +195,7 @@ def run_shard(number, paths, first_index):
                 raise reports.ReportError("%s: host %r has text that is not Unicode in its facts or probe record "
                                           "(a lone surrogate such as \\udc80): %s" % (path, report["host"], exc))
             try:
-                with open(os.path.join(hosts_dir, reports.safe_name(report["host"]) + ".json"), "xb") as out:
+                with open(os.path.join(hosts_dir, reports.host_report_file(report["host"])), "xb") as out:
                     out.write(text)
             except FileExistsError:
                 raise _clash(report["host"], path)

@@ -1,4 +1,5 @@
-"""The controller commands a playbook runs, forked from `ext4audit run` with their modules loaded.
+"""The controller commands a playbook runs, forked from `ext4audit run` with their modules loaded:
+an optimisation of the `ext4audit` command (ext4audit/__main__.py), which it does not import.
 
 `ext4audit report` imports about a second of modules (matplotlib alone about half of it) before it
 does anything, and `make audit` waits for it at the end of every run. `ext4audit run` has nothing
@@ -22,17 +23,14 @@ import signal
 import socket
 import struct
 import sys
+from typing import Callable, Sequence
 
-from . import umask
+from . import ERROR, umask
 
 ENV = "EXT4AUDIT_FORKSERVER"
 SOCKET_NAME = "forkserver.sock"
 REQUEST_MAX = 1 << 20  # arguments and environment: a few KB
-ERROR = 2  # reports.EXIT_CODES["incomplete"]: could not run
 REFUSED = "refused"
-# What the report step needs, heaviest last: each is a step after which waiting requests are
-# served (a request that comes during an import waits for it, as its own process would have).
-PRELOAD = ("ext4audit.cli", "matplotlib.figure", "matplotlib.backends.backend_svg")
 POLL_S = 0.05  # how often the server looks for the playbook's end when no request comes
 
 
@@ -42,7 +40,7 @@ def package_dir():
 
 
 # ------------------------------------------------------------------ the command's side
-def forward(argv):
+def forward(argv: list) -> "int | None":
     """Run `ext4audit ARGV` in the fork server named by EXT4AUDIT_FORKSERVER: its exit code, or None
     when there is no server to run it (run it here)."""
     path = os.environ.get(ENV)
@@ -125,8 +123,8 @@ def _read_request(conn):
         raise
 
 
-def _child(request, fds, listener):
-    """In the fork: the command on the client's streams, in its directory and environment; never returns."""
+def _child(request, fds, listener, command):
+    """In the fork: command(argv) on the client's streams, in its directory and environment; never returns."""
     code = ERROR
     try:
         listener.close()
@@ -139,9 +137,8 @@ def _child(request, fds, listener):
         os.environ.clear()
         os.environ.update(request["env"])
         sys.argv = ["ext4audit"] + request["argv"]
-        from . import cli  # pylint: disable=import-outside-toplevel  # loaded already: PRELOAD
         try:
-            code = cli.main(request["argv"])
+            code = command(request["argv"])
         except SystemExit as exc:  # argparse's errors and --help
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else ERROR)
             if not isinstance(exc.code, (int, type(None))):
@@ -158,7 +155,7 @@ def _child(request, fds, listener):
             os._exit(code if isinstance(code, int) and 0 <= code < 256 else ERROR)
 
 
-def _serve_one(listener):
+def _serve_one(listener, command):
     """Accept one request: refuse it, or fork its command and answer with the command's exit code."""
     conn = listener.accept()[0]
     with conn:
@@ -177,7 +174,7 @@ def _serve_one(listener):
         pid = os.fork()
         if pid == 0:
             conn.close()
-            _child(request, fds, listener)
+            _child(request, fds, listener, command)
         for fd in fds:
             os.close(fd)
         while True:
@@ -196,11 +193,13 @@ def _serve_one(listener):
             pass
 
 
-def serve(listener, child):
-    """Load PRELOAD and serve requests until the process `child` (ansible-playbook, a Popen) ends;
-    returns its exit code. A module that cannot be loaded is left to the command to load. Without
-    a listener (listen could not make one), only waits for `child`."""
-    pending = list(PRELOAD) if listener else []
+def serve(listener, child, command: Callable[[list], int], preload: Sequence[str] = ()) -> int:
+    """Load the modules `preload` names and serve requests, each by command(argv) in a fork, until
+    the process `child` (ansible-playbook, a Popen) ends; returns its exit code. Each module is a
+    step after which waiting requests are served (a request that comes during an import waits for
+    it, as its own process would have); one that cannot be loaded is left to the command to load.
+    Without a listener (listen could not make one), only waits for `child`."""
+    pending = list(preload) if listener else []
     while True:
         try:
             code = child.poll() if listener else child.wait()
@@ -209,7 +208,7 @@ def serve(listener, child):
             ready = select.select([listener], [], [], 0 if pending else POLL_S)[0]
             if ready:
                 try:
-                    _serve_one(listener)
+                    _serve_one(listener, command)
                 except Exception as exc:  # pylint: disable=broad-except  # its command exits 2; the run goes on
                     print("ext4audit run: could not run a command of the playbook: %s" % exc, file=sys.stderr)
             elif pending:
@@ -220,12 +219,3 @@ def serve(listener, child):
         except KeyboardInterrupt:
             continue  # ansible-playbook got it too; wait for it to stop
 
-
-def main():
-    """The `ext4audit` command: forwarded to `ext4audit run`'s server when there is one."""
-    argv = sys.argv[1:]
-    code = forward(argv)
-    if code is None:
-        from .cli import main as cli_main  # pylint: disable=import-outside-toplevel  # only when not forwarded
-        code = cli_main(argv)
-    return code

@@ -227,7 +227,7 @@ def fleet_rows(digests):
     for digest in digests:
         worst, counts = digest["row"]["worst"], digest["by_severity"]
         link = ("#h-%d" % digest["index"] if digest["section"]
-                else "hosts/" + urllib.parse.quote(reports.safe_name(digest["host"]) + ".json"))
+                else "hosts/" + urllib.parse.quote(reports.host_report_file(digest["host"])))
         rank = escape(severity_rank(worst) if worst else -1)
         rows.append('<tr data-status="%s" data-worst="%s" class="%s">\n<td class="host-data"><a href="%s">%s</a></td>\n'
                     '<td>%s</td>\n<td data-sort="%s"><span class="sev sev-%s">%s</span></td>\n%s<td class="n">%s</td>'

@@ -28,11 +28,11 @@ import math
 
 import numpy as np
 
-from . import contract, kernel_records, mount_options, probe, severity_rank
+from . import DEFAULT_FAIL_ON, contract, kernel_records, mount_options, probe, severity_rank
 
 SCHEMA = contract.KERNEL_GATE_SCHEMA
 DEFAULTS = {"alpha": 0.01, "min_effect": 0.3, "dspan_tolerance": 0.10, "tail_tolerance": 0.10,
-            "ratio_tolerance": 0.25, "fail_on": "high",
+            "ratio_tolerance": 0.25, "fail_on": DEFAULT_FAIL_ON,
             "record_fail_classes": ["data corruption", "crash/BUG"]}
 
 

@@ -331,5 +331,5 @@ class Writer(finding_groups.Writer):
         merged.merge_parts(parts)
         shown = [row["host"] for row in sorted(summary["hosts"], key=reports.attention_order)[:MD_HOSTS]]
         out.write(document(summary, [
-            reports.read_json(os.path.join(self.job.run_dir, "hosts", reports.safe_name(host) + ".json"), "host report")
+            reports.read_json(reports.host_report_path(self.job.run_dir, host), "host report")
             for host in shown], merged, getattr(self.job, "history", None)))

@@ -11,7 +11,7 @@ rule raised none), so they are respected by reading them."""
 import os
 from typing import Any, Dict, List, Optional, Sequence
 
-from . import catalog, reports, safe_yaml, severity_rank
+from . import SEVERITIES, catalog, reports, safe_yaml, severity_rank
 from . import store as store_pkg
 from .parsers import ext4_parsers
 from .store import history, schema
@@ -116,9 +116,8 @@ def selected(finding: Dict[str, Any], fix: Dict[str, Any], rules: Sequence[str],
 def plan_host(report: Dict[str, Any], data: Dict[str, Any], rules: Sequence[str] = (),
               min_severity: str = "medium", choices: Optional[Dict[str, str]] = None) -> List[Dict[str, Any]]:
     """The fixes for one host report: one item per selected finding with a fix."""
-    if min_severity not in ("info", "low", "medium", "high", "critical"):
-        raise RemediationError("ext4_remediate_min_severity: one of info, low, medium, high, critical "
-                               "(got %r)" % (min_severity,))
+    if min_severity not in SEVERITIES:
+        raise RemediationError("ext4_remediate_min_severity: one of %s (got %r)" % (", ".join(SEVERITIES), min_severity))
     choices = choices or {}
     filesystems = dict((fs.get("mountpoint"), fs) for fs in report.get("filesystems") or [])
     items = []
@@ -161,7 +160,7 @@ def _fill(arg: str, fill: Dict[str, str]) -> str:
 
 def read_host_report(run_dir: str, host: str) -> Dict[str, Any]:
     """hosts/<host>.json of a run folder (the audit's own file name for the host)."""
-    path = os.path.join(run_dir, "hosts", reports.safe_name(host) + ".json")
+    path = reports.host_report_path(run_dir, host)
     return reports.read_json(path, "host report")
 
 

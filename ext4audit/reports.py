@@ -29,12 +29,11 @@ import threading
 
 import msgspec
 
-from . import SEVERITIES, contract, kernel_records, probe, severity_rank, umask
+from . import EXIT_CODES, SEVERITIES, contract, kernel_records, probe, severity_rank, umask  # noqa: F401  # EXIT_CODES: reports.EXIT_CODES
 from .parsers import run_folder
 
 HOST_SCHEMA = contract.HOST_REPORT_SCHEMA
 SUMMARY_SCHEMA = contract.SUMMARY_SCHEMA
-EXIT_CODES = {"pass": 0, "fail": 1, "incomplete": 2}
 
 
 class ReportError(ValueError):
@@ -55,6 +54,16 @@ def safe_name(host):
     if len(name) > NAME_MAX:
         name = "%s~%s" % (name[:NAME_MAX - 17], hashlib.sha1(host.encode("utf-8", "surrogatepass")).hexdigest()[:16])
     return name
+
+
+def host_report_file(host: str) -> str:
+    """The file name of a host's report in a run folder's hosts/."""
+    return safe_name(host) + ".json"
+
+
+def host_report_path(run_dir: str, host: str) -> str:
+    """Where a run folder holds a host's report."""
+    return os.path.join(run_dir, "hosts", host_report_file(host))
 
 
 # The mode open() gives a new file (the umask read once, at import). mkstemp's 0600 would keep
@@ -219,7 +228,7 @@ def read_complete_run(run_dir, what):
     statuses = dict((h["host"], h["status"]) for h in listed)
     if len(statuses) < len(listed):
         raise ReportError("%s %s lists a host twice" % (what, path))
-    files = dict((safe_name(host) + ".json", host) for host in statuses)
+    files = dict((host_report_file(host), host) for host in statuses)
     present = set(os.path.basename(p) for p in glob.glob(os.path.join(run_dir, "hosts", "*.json")))
     if set(files) != present:
         missing, extra = sorted(files[f] for f in set(files) - present), sorted(present - set(files))

@@ -5,7 +5,7 @@ too) and 4 when a host was unreachable, so its code cannot tell "the fleet is ba
 broke". This runs it with the same arguments and its output untouched, and gives it a private file
 (the extra variable ext4_audit_exit_file, in a folder only this user can write) where the report
 step itself writes its verdict (`ext4audit report --verdict-file`). The exit code is then the one
-`ext4audit gate` gives (reports.EXIT_CODES): 0 pass, 1 policy failed, 2 incomplete; and 2 whenever
+`ext4audit gate` gives (EXIT_CODES): 0 pass, 1 policy failed, 2 incomplete; and 2 whenever
 the playbook did not reach a verdict or Ansible itself failed. The run folder is never read back
 for the verdict: what is there could have changed since the report step wrote it.
 A playbook that gates on nothing (ext4_audit_gate false: the record says so) exits as
@@ -19,10 +19,10 @@ run carries RUN_ENV in its environment (Ansible's workers start their own sessio
 group does not hold them all), and a watchdog process kills them when this process dies without
 saying so (SIGKILL). A private folder left by a killed run is removed at the next start.
 
-`make audit` runs it as `python -m ext4audit.run`: the other commands' modules (numpy, the
-catalog...) are not imported before ansible-playbook starts; they are loaded while it runs, for
-the verdict and for the playbook's own `ext4audit` commands (the report step), which run in forks
-of this process (ext4audit/forkserver.py).
+`ext4audit run` starts here without the other commands' modules (numpy, the catalog...): they
+are loaded while ansible-playbook runs (PRELOAD), for the playbook's own `ext4audit` commands (the
+report step), which run in forks of this process (ext4audit/forkserver.py, by playbook_command).
+`make audit` runs it as `python -m ext4audit.run`, the same start as `ext4audit run`.
 """
 
 import json
@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 
-from . import forkserver
+from . import ERROR, EXIT_CODES, forkserver
 from .parsers import own_folders
 
 EXIT_FILE_VAR = "ext4_audit_exit_file"
@@ -42,14 +42,20 @@ RECORD_MAX = 64 * 1024
 # ansible-playbook's codes for a run that went to its end: 0, 2 some task failed on a host, 4 a host
 # was unreachable. The verdict already counts such hosts (not audited: incomplete, by policy).
 ANSIBLE_FINISHED = (0, 2, 4)
-ERROR = 2  # reports.EXIT_CODES["incomplete"] (tests/unit/test_run.py); reports is imported late
-VERDICT_CODES = {"pass": 0, "fail": 1, "incomplete": ERROR}  # reports.EXIT_CODES (the same test)
 # ansible-playbook options that list or check the playbook and run nothing: no verdict is expected
 LISTING_OPTIONS = ("--list-tasks", "--list-hosts", "--list-tags", "--syntax-check")
 WORK_PREFIX = "ext4audit-run-"  # this command's private folders in the temporary directory
 RUN_ENV = "EXT4AUDIT_RUN_TOKEN"  # marks every process of one run (kill_run)
 STOP_GRACE_S = 10  # after a forwarded TERM/INT, the run's processes left are killed
+# What the playbook's commands need, heaviest last: loaded while ansible-playbook runs (forkserver.serve)
+PRELOAD = ("ext4audit.cli", "matplotlib.figure", "matplotlib.backends.backend_svg")
 WATCHDOG_OPTION = "--watchdog-for-run"  # `python -m ext4audit.run --watchdog-for-run TOKEN`: start_watchdog's process
+
+
+def playbook_command(argv: list) -> int:
+    """One of the playbook's `ext4audit` commands, in a fork of this process (forkserver.serve)."""
+    from . import cli  # pylint: disable=import-outside-toplevel  # loaded already (PRELOAD), not before ansible-playbook starts
+    return cli.main(argv)
 
 
 def ansible_playbook():
@@ -76,7 +82,7 @@ def verdict_code(ansible_rc: int, exit_file: str) -> "tuple[int, str | None]":
             raise TypeError(gate)
         if gate is False:  # reports only: Ansible's own success or failure
             return (0, None) if ansible_rc == 0 else (ERROR, "ansible-playbook exited %d" % ansible_rc)
-        return VERDICT_CODES[record["verdict"]], None
+        return EXIT_CODES[record["verdict"]], None
     except (ValueError, TypeError, KeyError, AttributeError):
         return ERROR, "the report step's record %s has no verdict (pass, fail or incomplete)" % exit_file
 
@@ -174,7 +180,7 @@ def _take_terminal_back():
         pass
 
 
-def main(argv):
+def main(argv: list) -> int:
     """Run ansible-playbook with argv; return the gate's exit code."""
     if argv[:1] == ["--"]:
         argv = argv[1:]
@@ -216,7 +222,7 @@ def main(argv):
         previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
         previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, lambda _s, _f: kill_run(token, 0.5))
         try:
-            ansible_rc = forkserver.serve(listener, child)
+            ansible_rc = forkserver.serve(listener, child, playbook_command, PRELOAD)
         finally:
             _take_terminal_back()
             signal.alarm(0)

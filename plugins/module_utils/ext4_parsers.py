@@ -275,6 +275,37 @@ def parse_size(text):
     return int(match.group(1)) * _SIZE_UNITS[match.group(2)]
 
 
+# The superblock facts parse_dumpe2fs gives: (name, type, description), in the order the modules'
+# RETURN blocks list them (ext4_facts, ext4_image_facts: tools/module_return.py writes those from
+# this table; the controller's fact paths, ext4audit/fact_paths.py, are its names).
+SUPERBLOCK_FIELDS = (
+    ("block_count", "int", "Blocks."),
+    ("block_size", "int", "Block size in bytes."),
+    ("blocks_per_group", "int", "Blocks per group."),
+    ("inode_count", "int", "Inodes."),
+    ("free_inodes", "int", "Free inodes as the superblock last recorded them: exact in an image, which is not mounted; "
+                           "on a mounted filesystem written back at unmount, freeze or error (its usage has the live count)."),
+    ("free_blocks", "int", "Free blocks as the superblock last recorded them (like free_inodes)."),
+    ("reserved_block_count", "int", "Blocks reserved for root."),
+    ("inode_size", "int", "Inode size in bytes."),
+    ("features", "list", "Filesystem features."),
+    ("default_mount_options", "list", "Default mount options stored in the superblock."),
+    ("mount_options", "list", "Mount options stored in the superblock (tune2fs -E mount_opts)."),
+    ("errors_behavior", "str", "What the filesystem does on an error (continue, remount-ro, panic)."),
+    ("state", "str", "Filesystem state."),
+    ("error_count", "int", "Filesystem errors the superblock records (0 when none)."),
+    ("journal_bytes", "int", "Journal size in bytes, or null without a journal."),
+    ("journal_blocks", "int", "Journal size in blocks, or null."),
+    ("journal_device", "str", "External journal device, or null."),
+    ("journal_features", "list", "Journal features."),
+    ("fast_commit_blocks", "int", "Fast-commit area in blocks, or null."),
+    ("raid_stride", "int", "RAID stride (0 when not set)."),
+    ("raid_stripe_width", "int", "RAID stripe width (0 when not set)."),
+    ("e2fsprogs_fields", "str", "Which journal field names this e2fsprogs version printed (total or legacy; they "
+                                "changed across versions)."),
+)
+
+
 def parse_dumpe2fs(text):
     """Parse `dumpe2fs -h` (LC_ALL=C) from e2fsprogs 1.42 to 1.47 into superblock facts.
 

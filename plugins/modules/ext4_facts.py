@@ -200,6 +200,7 @@ ext4_facts:
           returned: always
           type: dict
           contains:
+            # superblock fields: written by tools/module_return.py from ext4_parsers.SUPERBLOCK_FIELDS
             block_count:
               description: Blocks.
               type: int
@@ -214,11 +215,11 @@ ext4_facts:
               type: int
             free_inodes:
               description: >-
-                Free inodes as the superblock last recorded them (written back at unmount, freeze or error;
-                RV(ext4_facts.filesystems[].usage) has the live count).
+                Free inodes as the superblock last recorded them: exact in an image, which is not mounted; on a mounted
+                filesystem written back at unmount, freeze or error (its usage has the live count).
               type: int
             free_blocks:
-              description: Free blocks as the superblock last recorded them (like free_inodes, not live).
+              description: Free blocks as the superblock last recorded them (like free_inodes).
               type: int
             reserved_block_count:
               description: Blocks reserved for root.
@@ -270,8 +271,11 @@ ext4_facts:
               description: RAID stripe width (0 when not set).
               type: int
             e2fsprogs_fields:
-              description: Which journal field names this e2fsprogs version printed (total or legacy; they changed across versions).
+              description: >-
+                Which journal field names this e2fsprogs version printed (total or legacy; they changed across
+                versions).
               type: str
+            # end of the superblock fields
         usage:
           description: >-
             Live block and inode counts of C(statvfs) on the mount point (what C(df) and C(df -i) show), or null

@@ -250,6 +250,7 @@ ext4_image_facts:
           returned: always
           type: dict
           contains:
+            # superblock fields: written by tools/module_return.py from ext4_parsers.SUPERBLOCK_FIELDS
             block_count:
               description: Blocks.
               type: int
@@ -263,10 +264,12 @@ ext4_image_facts:
               description: Inodes.
               type: int
             free_inodes:
-              description: Free inodes (exact in an image, which is not mounted).
+              description: >-
+                Free inodes as the superblock last recorded them: exact in an image, which is not mounted; on a mounted
+                filesystem written back at unmount, freeze or error (its usage has the live count).
               type: int
             free_blocks:
-              description: Free blocks (exact in an image, which is not mounted).
+              description: Free blocks as the superblock last recorded them (like free_inodes).
               type: int
             reserved_block_count:
               description: Blocks reserved for root.
@@ -318,8 +321,11 @@ ext4_image_facts:
               description: RAID stripe width (0 when not set).
               type: int
             e2fsprogs_fields:
-              description: Which journal field names this e2fsprogs version printed (total or legacy).
+              description: >-
+                Which journal field names this e2fsprogs version printed (total or legacy; they changed across
+                versions).
               type: str
+            # end of the superblock fields
         jbd2:
           description: Always null (no live journal).
           returned: always

@@ -6,13 +6,15 @@ copies (argument specs, defaults, the modules' documentation) are checked agains
 import ast
 import json
 import os
+import subprocess
+import sys
 
 import jsonschema
 import pytest
 import yaml
 
 from conftest import ROOT, module_return_doc
-from ext4audit import SEVERITIES, contract
+from ext4audit import DEFAULT_FAIL_ON, EXIT_CODES, SEVERITIES, contract, fact_paths
 from ext4audit.parsers import ext4_parsers
 
 
@@ -123,17 +125,22 @@ def _role_spec(role, entry_point, option):
     return _yaml("roles", role, "meta", "argument_specs.yml")["argument_specs"][entry_point]["options"][option]
 
 
-def test_the_severity_choices_of_the_roles_are_the_severities():
-    specs = _yaml("roles", "ext4_audit", "meta", "argument_specs.yml")["argument_specs"]
-    choices = [spec["options"]["ext4_audit_fail_on"]["choices"] for spec in specs.values()
-               if "ext4_audit_fail_on" in spec["options"]]
-    assert choices and all(tuple(c) == SEVERITIES for c in choices)
-    [check] = [task for task in _yaml("roles", "ext4_audit", "tasks", "prepare.yml")
-               if task.get("name") == "Check the policy variables"]
-    condition = check["ansible.builtin.assert"]["that"][0]
-    assert condition.startswith("ext4_audit_fail_on in ")
-    assert tuple(ast.literal_eval(condition[len("ext4_audit_fail_on in "):])) == SEVERITIES
-    assert "one of %s (got" % ", ".join(SEVERITIES) in check["ansible.builtin.assert"]["fail_msg"]
+def test_the_ansible_copies_of_the_severities_fail_on_default_and_exit_codes_are_the_controllers():
+    """The one agreement test for the facts that Ansible's YAML holds as literals (argument specs,
+    defaults, a failed_when). The other copies of each (the role's other entry points, its README,
+    docs/variables.md) are checked against these by tests/unit/test_role_variables.py."""
+    for role, name in (("ext4_audit", "ext4_audit_fail_on"), ("ext4_remediate", "ext4_remediate_min_severity")):
+        specs = _yaml("roles", role, "meta", "argument_specs.yml")["argument_specs"]
+        choices = [spec["options"][name]["choices"] for spec in specs.values() if name in spec["options"]]
+        assert choices and all(tuple(c) == SEVERITIES for c in choices), name
+    with open(os.path.join(ROOT, "playbooks", "remediate.yml"), encoding="utf-8") as handle:
+        assert "ext4_remediate_min_severity | default('medium') in %s" % list(SEVERITIES) in handle.read()
+    assert _yaml("roles", "ext4_audit", "defaults", "main.yml")["ext4_audit_fail_on"] == DEFAULT_FAIL_ON
+    codes = "rc not in %s" % sorted(EXIT_CODES.values())
+    for path in (("roles", "ext4_audit", "tasks", "report.yml"), ("playbooks", "kernel_gate.yml")):
+        with open(os.path.join(ROOT, *path), encoding="utf-8") as handle:
+            assert codes in handle.read(), path
+    assert EXIT_CODES["fail"] == 1  # report.yml's message: "policy failed" for 1
 
 
 def test_the_confirmation_probes_are_the_probes():
@@ -189,3 +196,17 @@ def test_no_schema_id_is_written_twice():
                 if '"%s"' % schema_id in handle.read():
                     holders.append(os.path.relpath(path, ROOT))
         assert len(holders) == 1, (schema_id, holders)
+
+
+def test_the_superblock_fields_are_one_table():
+    """ext4_parsers.SUPERBLOCK_FIELDS: the fact paths are its names, the contract decodes some of
+    them, and both modules' RETURN blocks list them as tools/module_return.py writes them."""
+    names = [name for name, _kind, _text in ext4_parsers.SUPERBLOCK_FIELDS]
+    assert tuple(names) == fact_paths.SUPERBLOCK and set(contract.Superblock.__struct_fields__) <= set(names)
+    for module in ("ext4_facts", "ext4_image_facts"):
+        doc = module_return_doc(os.path.join(ROOT, "plugins", "modules", module + ".py"))
+        filesystems = doc[module]["contains"]["filesystems"]["contains"]
+        assert list(filesystems["superblock"]["contains"]) == names, module
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "module_return.py"), "--check"],
+                            stderr=subprocess.PIPE, universal_newlines=True, check=False)
+    assert result.returncode == 0, result.stderr

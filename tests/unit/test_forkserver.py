@@ -32,11 +32,11 @@ CLIENT = textwrap.dedent("""
 # A server whose "playbook" is a sleep the test ends.
 SERVER = textwrap.dedent("""
     import subprocess, sys
-    from ext4audit import forkserver
+    from ext4audit import forkserver, run
     listener, path = forkserver.listen(sys.argv[1])
     child = subprocess.Popen(["sleep", "60"])
     print(path, child.pid, flush=True)
-    forkserver.serve(listener, child)
+    forkserver.serve(listener, child, run.playbook_command, run.PRELOAD)
 """)
 
 
@@ -102,7 +102,7 @@ def test_the_command_runs_in_the_callers_directory_and_environment(server, tmp_p
 
 def test_no_server_there_means_the_command_runs_in_its_own_process(tmp_path):
     code, out, _err, served = client(["rules"], str(tmp_path / "gone.sock"))
-    assert served == "not served"  # forward() said so; the caller then runs it itself (forkserver.main)
+    assert served == "not served"  # forward() said so; the caller then runs it itself (__main__.main)
     env = dict(os.environ, PYTHONPATH=ROOT, **{forkserver.ENV: str(tmp_path / "gone.sock")})
     alone = run([PYTHON, "-m", "ext4audit", "rules"], env)
     assert (alone.returncode, alone.stdout) == local(["rules"])[:2]

@@ -130,10 +130,7 @@ def test_bad_limits_are_an_error_naming_the_host_and_the_variable(value, error):
 
 def test_the_role_defaults_are_the_engines():
     defaults = safe_yaml.load(os.path.join(ROOT, "roles", "ext4_audit", "defaults", "main.yml"))
-    specs = safe_yaml.load(os.path.join(ROOT, "roles", "ext4_audit", "meta", "argument_specs.yml"))
-    assert defaults["ext4_audit_capacity_limits"] == policy.CAPACITY_LIMITS
-    assert specs["argument_specs"]["facts"]["options"]["ext4_audit_capacity_limits"]["default"] == \
-        policy.CAPACITY_LIMITS
+    assert defaults["ext4_audit_capacity_limits"] == policy.CAPACITY_LIMITS  # the argument specs': test_role_variables.py
 
 
 @pytest.mark.parametrize("when, error", [

@@ -6,7 +6,6 @@ import sys
 
 from conftest import ROOT
 
-from ext4audit import reports, run
 
 
 def test_the_module_is_the_run_command():
@@ -21,6 +20,3 @@ def test_it_starts_without_the_other_commands_modules():
                             check=True)
     assert result.stdout.strip() == "[]"
 
-
-def test_its_error_code_is_incomplete():
-    assert run.ERROR == reports.EXIT_CODES["incomplete"] and run.VERDICT_CODES == reports.EXIT_CODES
