@@ -10,7 +10,6 @@ Every host-provided string goes through md(): GitHub renders Markdown and inline
 """
 
 import json
-import os
 import re
 
 from . import finding_groups, policy as policy_mod, probe, probe_actions, reports, severity_rank, writers
