@@ -228,7 +228,7 @@ def requirement_names(lines):
 def package_requirements():
     """The controller package's install requirements: requirements-controller.txt, as pyproject.toml reads it."""
     with open(os.path.join(ROOT, "requirements-controller.txt")) as handle:
-        return requirement_names(line for line in handle if line.strip() and not line.startswith("#"))
+        return requirement_names(line.strip() for line in handle if line.strip() and not line.startswith("#"))
 
 
 def test_ansible_builder_introspect_finds_the_controller_package_and_its_requirements(installed):
