@@ -1,5 +1,6 @@
 # The two commands of the README: `make audit` (audit this machine) and `make test`.
-# Both set up what they need first: Debian packages (as root) and ./.venv from requirements.txt.
+# Both set up what they need first: Debian packages (as root) and ./.venv from requirements.txt
+# (what the audit needs); `make test` adds requirements-dev.txt. constraints.txt pins the versions.
 SHELL := /bin/bash
 VENV := .venv
 PYTHON ?= python3
@@ -11,7 +12,7 @@ APT_COMMANDS := dumpe2fs debugfs losetup
 APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: schemas collection setup deps vm-deps lint-deps test-deps sarif-multitool ansible-cores cloud-deps audit test lint rules docs role-readmes module-returns clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records e2fsprogs-corpus
+.PHONY: schemas collection setup setup-dev deps vm-deps lint-deps test-deps sarif-multitool ansible-cores cloud-deps audit test lint rules docs role-readmes module-returns clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records e2fsprogs-corpus
 setup: deps $(VENV)/.installed
 
 # Debian packages the audit and the tests use; installed only when a tool is missing.
@@ -20,12 +21,23 @@ deps:
 	if [ -n "$$missing" ]; then echo "installing $(APT_PACKAGES)"; $(APT_GET) update -q && \
 	  $(APT_GET) install -y -q $(APT_PACKAGES); fi
 
-# The pinned tools, then the controller package (pyproject.toml; its `ext4audit` command is what
-# the roles run), editable: the checkout's ext4audit/ is what runs.
-$(VENV)/.installed: requirements.txt requirements-controller.txt pyproject.toml
+# The audit's packages only (requirements.txt: ansible-core and the controller package's
+# requirements, at constraints.txt's versions; pip's own lines show the progress), then the
+# controller package (pyproject.toml; its `ext4audit` command is what the roles run), editable:
+# the checkout's ext4audit/ is what runs.
+PIP_INSTALL = $(VENV)/bin/pip install --disable-pip-version-check -c constraints.txt
+$(VENV)/.installed: requirements.txt requirements-controller.txt constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt
-	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e .
+	@echo "installing the audit's packages into $(VENV) (requirements.txt)"
+	$(PIP_INSTALL) -r requirements.txt
+	$(PIP_INSTALL) -q --no-deps -e .
+	touch $@
+
+# What the tests, `make lint`, `make docs` and Molecule add: requirements-dev.txt.
+setup-dev: setup $(VENV)/.installed-dev
+$(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
+	@echo "installing the tests' and tools' packages into $(VENV) (requirements-dev.txt)"
+	$(PIP_INSTALL) -r requirements-dev.txt
 	touch $@
 
 # The collection ext4audit.fleet (galaxy.yml) as dist/ext4audit-fleet-<version>.tar.gz.
@@ -92,7 +104,7 @@ test-deps: lint-deps sarif-multitool ansible-cores
 # The older ansible-core releases the collection supports (meta/runtime.yml's requires_ansible; AAP 2.4
 # and 2.5 execution environments ship 2.15 and 2.16), each in a venv of its own under
 # .cache/ansible-core/<version>: tests/integration/test_ansible_cores.py runs the audit with each.
-# The newest is the project's own (requirements.txt).
+# The newest is the project's own (constraints.txt).
 ANSIBLE_CORES := 2.15.13 2.16.19
 ansible-cores:
 	@for v in $(ANSIBLE_CORES); do \
@@ -125,12 +137,12 @@ cloud-deps: setup
 	$(VENV)/bin/ansible-galaxy collection install -r requirements.yml
 
 # Unit tests, then the integration tests (root: loop devices and real ansible-playbook runs).
-test: setup vm-deps test-deps
+test: setup-dev vm-deps test-deps
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS) tests
 
 # ansible-lint (production profile), yamllint (.yamllint), actionlint (.github/actionlint.yaml) and
 # zizmor (.github/zizmor.yml; offline: no GitHub token, so the audits that ask GitHub are skipped).
-lint: setup lint-deps
+lint: setup-dev lint-deps
 	$(VENV)/bin/ansible-lint --profile production playbooks roles molecule
 	$(VENV)/bin/yamllint --strict .
 	@test -x $(VENV)/bin/actionlint || { echo "actionlint is missing: it needs Go >= $(ACTIONLINT_GO_MIN) (make lint-deps)"; exit 1; }
@@ -139,7 +151,7 @@ lint: setup lint-deps
 
 # The Molecule scenarios (root): this machine with risky loop mounts; a loopback SSH fleet of 8
 # hosts, one of which goes down mid-run. Molecule runs ansible-config and pytest from PATH.
-molecule: setup
+molecule: setup-dev
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/molecule test -s default
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/molecule test -s fleet
 
@@ -205,7 +217,7 @@ module-returns: setup
 # Markdown), so docutils turns it into pages of their own in the site's reference/ (links .rst -> .html).
 DOCS_RST := .cache/docs/rst
 DOCS_REFERENCE := .cache/docs/site/reference
-docs: setup
+docs: setup-dev
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/antsibull-docs lint-collection-docs --plugin-docs .
 	$(VENV)/bin/mkdocs build
 	rm -rf $(DOCS_RST) && mkdir -p $(DOCS_RST) $(DOCS_REFERENCE)

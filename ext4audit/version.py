@@ -44,5 +44,6 @@ def report():
     """(exit code, line) for --version."""
     found = problems()
     if found:
-        return 1, "ext4audit %s: %s (pip install 'ext4audit==%s')" % (__version__, "; ".join(found), __version__)
+        # No package index has ext4audit: it installs from the collection's folder.
+        return 1, "ext4audit %s: %s (pip install <the ext4audit.fleet collection's folder>)" % (__version__, "; ".join(found))
     return 0, "ext4audit %s" % __version__

@@ -12,17 +12,24 @@ and ext4audit are installed into it for real, so its bin/ has its own ansible-pl
 import glob
 import os
 import re
+import shlex
 import subprocess
 import sys
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
 
 from conftest import ROOT, VENV_BIN, load_json, module_return_doc, needs_root, run, undocumented
 
 pytestmark = needs_root
 
-ANSIBLE_CORE = "ansible-core==2.19.14"  # requirements.txt's pin
+ANSIBLE_CORE = "ansible-core==2.19.14"  # constraints.txt's pin
+# Newer than constraints.txt's PyYAML: what a shared venv may have.
+NEWER_PYYAML = "PyYAML==6.0.4"
+# Where ansible-builder installs the collections of an execution environment.
+EE_COLLECTIONS = "/usr/share/ansible/collections"
+EE_COLLECTION_DIR = EE_COLLECTIONS + "/ansible_collections/ext4audit/fleet"
 
 
 def galaxy_version():
@@ -174,13 +181,117 @@ def test_preflight_stops_before_any_host_without_the_controller_package(installe
         [line] = [line for line in out.splitlines() if "Task failed" in line]
         return line
 
+    # The one install command suggested: from the collection's own folder (no package index has
+    # ext4audit, and a name there could be anyone's).
+    suggested = "`%s -m pip install %s`" % (venv / "bin" / "python", installed["collection_dir"])
     line = attempt()
     assert "ext4audit was not found next to %s" % (venv / "bin" / "python") in line, line
-    assert "-m pip install 'ext4audit>=" in line and str(installed["collection_dir"]) in line, line
+    assert suggested in line and "ext4audit>=" not in line, line
 
     # The package without its requirements (numpy, msgspec...): the first one missing is named,
     # with the command that installs them.
     run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
          str(installed["collection_dir"])])
     line = attempt()
-    assert re.search(r"No module named '(numpy|msgspec)'", line) and "-m pip install 'ext4audit>=" in line, line
+    assert re.search(r"No module named '(numpy|msgspec)'", line) and suggested in line, line
+
+    # The suggested command, run as printed, gives a working controller package.
+    run(shlex.split(suggested.strip("`")) + ["-q", "--disable-pip-version-check"])
+    assert run([str(venv / "bin" / "ext4audit"), "--version"]).split() == ["ext4audit", galaxy_version()]
+
+
+def pip_show_version(venv, name):
+    shown = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "show", name], stdout=subprocess.PIPE, check=True)
+    [version] = re.findall(r"^Version: (\S+)$", shown.stdout.decode(), re.M)
+    return version
+
+
+def test_installing_the_controller_package_leaves_a_newer_pyyaml_alone(installed, tmp_path):
+    """A shared venv (or an EE) with a newer PyYAML than the project's lock: installing the
+    controller package from the collection's folder, its requirements resolved by pip, keeps it
+    (install requirements are ranges; constraints.txt's pins are for the project's own venv)."""
+    venv = tmp_path / "shared"
+    run([sys.executable, "-m", "venv", str(venv)])
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    run(pip + [NEWER_PYYAML])
+    run(pip + [str(installed["collection_dir"])])
+    assert pip_show_version(venv, "PyYAML") == NEWER_PYYAML.split("==")[1]
+    assert run([str(venv / "bin" / "ext4audit"), "--version"]).split() == ["ext4audit", galaxy_version()]
+
+
+def requirement_names(lines):
+    """{name: Requirement} of requirement lines as ansible-builder writes them (a trailing comment)."""
+    parsed = [Requirement(line.split(" #")[0]) for line in lines]
+    return {requirement.name.lower(): requirement for requirement in parsed}
+
+
+def package_requirements():
+    """The controller package's install requirements: requirements-controller.txt, as pyproject.toml reads it."""
+    with open(os.path.join(ROOT, "requirements-controller.txt")) as handle:
+        return requirement_names(line.strip() for line in handle if line.strip() and not line.startswith("#"))
+
+
+def test_ansible_builder_introspect_finds_the_controller_package_and_its_requirements(installed):
+    """`ansible-builder introspect` on the installed collection, as a site's EE build runs it: the
+    controller package from the collection's folder where ansible-builder installs collections, its
+    requirements as ranges, and bindep.txt's system packages."""
+    result = subprocess.run([os.path.join(VENV_BIN, "ansible-builder"), "introspect", str(installed["collections"])],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=True)
+    found = yaml.safe_load(result.stdout.decode())
+    python = requirement_names(found["python"])
+    assert python["ext4audit"].url == "file://" + EE_COLLECTION_DIR, found["python"]
+    # introspection drops PyYAML (the EE has it) and pip resolves it from the package's metadata
+    assert set(package_requirements()) - {"pyyaml"} <= set(python), found["python"]
+    assert not [line for line in found["python"] if "==" in line], found["python"]
+    assert {"e2fsprogs", "util-linux"} <= {line.split()[0] for line in found["system"]}, found["system"]
+
+
+EE_BUILD_SCRIPT = r"""
+# ansible-builder's galaxy and builder stages, run with the context's own scripts in a private
+# mount namespace whose /usr/share is an overlay: the collection goes where the EE has it.
+set -euo pipefail
+mount -t overlay overlay -o "lowerdir=/usr/share,upperdir=$WORK/upper,workdir=$WORK/overlay" /usr/share
+cd "$CONTEXT/_build"
+ansible-galaxy collection install -r requirements.yml --collections-path /usr/share/ansible/collections
+"$INTROSPECT_PYTHON" scripts/introspect.py introspect --write-bindep="$WORK/bindep.txt" --write-pip="$WORK/requirements.txt"
+"$PYTHON" -m venv "$WORK/ee"
+"$WORK/ee/bin/python" -m pip install -q --disable-pip-version-check -r "$WORK/requirements.txt"
+"$WORK/ee/bin/ext4audit" --help
+"$WORK/ee/bin/ext4audit" --version
+"""
+
+
+def test_execution_environment_from_a_definition_listing_only_the_collection(installed, tmp_path):
+    """A site's EE definition that lists only the collection: `ansible-builder create` writes the
+    context; its galaxy and builder stages (the collection installed where the EE has it, the
+    context's introspect.py, pip install of what it wrote) run here into a fresh venv, which gets a
+    working `ext4audit`. (Building the image itself needs a registry these machines cannot reach.)"""
+    tarball = installed["tarball"]
+    definition = {"version": 3,
+                  "images": {"base_image": {"name": "quay.io/centos/centos:stream9"}},
+                  "dependencies": {"galaxy": {"collections": [{"name": tarball.name, "type": "file"}]}},
+                  "additional_build_files": [{"src": str(tarball), "dest": "."}]}
+    (tmp_path / "execution-environment.yml").write_text(yaml.safe_dump(definition))
+    context = tmp_path / "context"
+    run([os.path.join(VENV_BIN, "ansible-builder"), "create", "-f", "execution-environment.yml",
+         "--context", str(context)], cwd=str(tmp_path))
+    [containerfile] = [(context / name).read_text() for name in ("Containerfile", "Dockerfile") if (context / name).exists()]
+    # the stages run below, as the generated file has them
+    assert '-r requirements.yml --collections-path "%s"' % EE_COLLECTIONS in containerfile
+    assert "introspect.py introspect --write-bindep=/tmp/src/bindep.txt --write-pip=/tmp/src/requirements.txt" \
+        in containerfile
+    assert not (context / "_build" / "requirements.txt").exists()  # no Python requirement of the site's own
+
+    work = tmp_path / "build"
+    for folder in ("upper", "overlay"):
+        (work / folder).mkdir(parents=True)
+    env = clean_env(WORK=str(work), CONTEXT=str(context), INTROSPECT_PYTHON=sys.executable, PYTHON=sys.executable,
+                    PATH=VENV_BIN + os.pathsep + os.environ["PATH"])
+    result = subprocess.run(["unshare", "--mount", "--propagation", "private", "bash", "-c", EE_BUILD_SCRIPT],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = result.stdout.decode(errors="replace")
+    assert result.returncode == 0, out[-4000:]
+    assert "usage: ext4audit" in out and out.splitlines()[-1] == "ext4audit %s" % galaxy_version(), out[-4000:]
+    written = [line for line in (work / "requirements.txt").read_text().splitlines() if line.strip()]
+    assert set(package_requirements()) - {"pyyaml"} | {"ext4audit"} <= set(requirement_names(written)), written
+    assert re.search(r"^e2fsprogs ", (work / "bindep.txt").read_text(), re.M)

@@ -1,44 +1,50 @@
-"""execution-environment.yml through the real `ansible-builder create`: the build context it
-writes installs the project's pins (requirements.txt for ansible-core and ansible-runner,
-requirements-controller.txt for the controller package), bindep.txt's packages and the collection
-built by `ansible-galaxy collection build`. (Building the image needs podman or docker with access
-to the base image's registry: not part of the tests.)"""
+"""execution-environment.yml through the real `ansible-builder create`: the build context lists
+only the collection built by `ansible-galaxy collection build` (ansible-builder's introspection
+finds its Python and system requirements: tests/integration/test_installed_collection.py), the
+lock (constraints.txt) becomes the build's constraints, and ansible-core and ansible-runner are
+the lock's versions. (Building the image needs podman or docker with access to the base image's
+registry: not part of the tests.)"""
 
 import os
 import re
 import shutil
 
+import yaml
+
 from conftest import ROOT, VENV_BIN, run
 
 
-def pins(path):
-    with open(path) as handle:
+def lock():
+    with open(os.path.join(ROOT, "constraints.txt")) as handle:
         return {line.split("==")[0].lower(): line.strip() for line in handle
                 if "==" in line and not line.lstrip().startswith("#")}
 
 
-def test_ansible_builder_create_writes_the_projects_pins(tmp_path):
-    for name in ("execution-environment.yml", "bindep.txt", "requirements-controller.txt"):
+def test_ansible_builder_create_lists_the_collection_and_the_lock(tmp_path):
+    for name in ("execution-environment.yml", "constraints.txt"):
         shutil.copy(os.path.join(ROOT, name), str(tmp_path))
     run([os.path.join(VENV_BIN, "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path / "dist"),
          ROOT])
+    [tarball] = os.listdir(str(tmp_path / "dist"))
     run([os.path.join(VENV_BIN, "ansible-builder"), "create", "-f", "execution-environment.yml",
          "--context", "context"], cwd=str(tmp_path))
     context = tmp_path / "context"
     build = context / "_build"
 
-    assert pins(str(build / "requirements.txt")) == pins(os.path.join(ROOT, "requirements-controller.txt"))
-    assert (build / "bindep.txt").read_text() == open(os.path.join(ROOT, "bindep.txt")).read()
-    for package in ("e2fsprogs", "util-linux"):
-        assert re.search(r"^%s " % package, (build / "bindep.txt").read_text(), re.M)
+    # Only the collection, the one built (its version is galaxy.yml's); no requirement of its own.
+    galaxy = yaml.safe_load((build / "requirements.yml").read_text())
+    assert galaxy == {"collections": [{"name": "collection/" + tarball, "type": "file"}]}
+    assert (build / "collection" / tarball).is_file()
+    assert not (build / "requirements.txt").exists() and not (build / "bindep.txt").exists()
 
-    project = pins(os.path.join(ROOT, "requirements.txt"))
     # Containerfile with podman on PATH, Dockerfile otherwise
     [containerfile] = [(context / name).read_text() for name in ("Containerfile", "Dockerfile") if (context / name).exists()]
+    # the lock where ansible-builder's assemble and install-from-bindep scripts read constraints
+    assert (build / "constraints" / "constraints.txt").read_text() == open(os.path.join(ROOT, "constraints.txt")).read()
+    assert "COPY _build/constraints/constraints.txt /tmp/src/upper-constraints.txt" in containerfile
+    assert 'CONSTRAINTS="-c /tmp/src/upper-constraints.txt"' in (build / "scripts" / "assemble").read_text()
+    assert 'CONSTRAINTS="-c /output/upper-constraints.txt"' in (build / "scripts" / "install-from-bindep").read_text()
+    pinned = lock()
     refs = re.search(r'^ARG ANSIBLE_INSTALL_REFS="([^"]*)"', containerfile, re.M).group(1).split()
-    assert sorted(refs) == sorted([project["ansible-core"], project["ansible-runner"]])
-
-    [tarball] = os.listdir(str(build / "collection"))
-    assert tarball.startswith("ext4audit-fleet-") and tarball.endswith(".tar.gz")
-    assert "pip install --no-cache-dir --no-deps /usr/share/ansible/collections/ansible_collections/ext4audit/fleet" \
-        in containerfile
+    assert sorted(refs) == sorted([pinned["ansible-core"], pinned["ansible-runner"]])
+    assert "RUN ext4audit --version" in containerfile

@@ -1,7 +1,8 @@
-"""The release's packaging facts agree: one version (galaxy.yml's), the controller package's pins
-are requirements.txt's, and every task of the collection's roles and playbooks names its module
-by its fully qualified name (ours included), so the content runs the same from an installed
-collection as from this checkout."""
+"""The release's packaging facts agree: one version (galaxy.yml's), the controller package's
+requirements are ranges that constraints.txt pins, `make audit` installs only the audit's
+packages, and every task of the collection's roles and playbooks names its module by its fully
+qualified name (ours included), so the content runs the same from an installed collection as
+from this checkout."""
 
 import glob
 import os
@@ -13,6 +14,8 @@ import tomllib
 import pytest
 import yaml
 from ansible.playbook.task import Task
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from conftest import ROOT
 
@@ -29,13 +32,28 @@ def pyproject():
         return tomllib.load(handle)
 
 
-def pins(lines):
+def requirement_files(name):
+    """The requirements of a requirements file and of the files it includes (-r), in order."""
+    found = []
+    with open(os.path.join(ROOT, name)) as handle:
+        for line in handle:
+            line = line.split("#", 1)[0].strip()
+            if line.startswith("-r "):
+                found += requirement_files(line.split(None, 1)[1])
+            elif line:
+                found.append(Requirement(line))
+    return found
+
+
+def lock():
+    """constraints.txt as {canonical name: version}."""
     found = {}
-    for line in lines:
-        line = line.split("#", 1)[0].strip()
-        if line:
-            name, version = line.split("==")
-            found[name.strip().lower()] = version.strip()
+    with open(os.path.join(ROOT, "constraints.txt")) as handle:
+        for line in handle:
+            line = line.split("#", 1)[0].strip()
+            if line:
+                name, version = line.split("==")
+                found[canonicalize_name(name)] = version
     return found
 
 
@@ -48,12 +66,38 @@ def test_one_version_galaxy_yml_is_the_source():
     assert tuple(map(int, minimum.split("."))) <= tuple(map(int, version.split(".")))
 
 
-def test_controller_pins_are_one_list():
+def test_install_requirements_are_ranges_and_the_lock_pins_every_package():
+    """The package's requirements (pyproject.toml reads requirements-controller.txt) are ranges
+    (installing it never downgrades a shared venv), and constraints.txt pins every package the
+    project's venv installs, within those ranges."""
     assert pyproject()["tool"]["setuptools"]["dynamic"]["dependencies"] == {"file": ["requirements-controller.txt"]}
-    with open(os.path.join(ROOT, "requirements.txt")) as handle:
-        assert "-r requirements-controller.txt" in handle.read().splitlines()
-    with open(os.path.join(ROOT, "requirements-controller.txt")) as handle:
-        assert {"jinja2", "pyyaml", "msgspec", "numpy", "scipy", "matplotlib", "prometheus-client"} <= set(pins(handle))
+    controller = requirement_files("requirements-controller.txt")
+    assert {"jinja2", "pyyaml", "msgspec", "numpy", "scipy", "matplotlib", "prometheus-client"} <= \
+        {canonicalize_name(r.name) for r in controller}
+    assert [str(r) for r in controller if any(s.operator in ("==", "===", "<", "<=", "~=") for s in r.specifier)] == []
+    pinned = lock()
+    for requirement in requirement_files("requirements-dev.txt"):
+        name = canonicalize_name(requirement.name)
+        assert name in pinned, "constraints.txt: no pin for %s" % name
+        assert requirement.specifier.contains(pinned[name]), (str(requirement), pinned[name])
+
+
+def test_make_audit_installs_only_the_audit_packages_and_make_test_adds_the_rest():
+    """`make -n -B` prints every recipe with the variables expanded, without running them: the
+    audit's venv gets requirements.txt (ansible-core and the package's requirements) with pip's
+    progress lines (no -q) at the lock's versions; the tests' and tools' packages come with
+    `make test` only."""
+    def recipe(target):
+        return subprocess.run(["make", "-n", "-B", target], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, check=True).stdout.decode()
+    audit = recipe("audit")
+    [install] = [line for line in audit.splitlines() if " -r requirements" in line]
+    assert install.endswith("pip install --disable-pip-version-check -c constraints.txt -r requirements.txt"), install
+    assert "requirements-dev.txt" not in audit
+    audit_packages = {canonicalize_name(r.name) for r in requirement_files("requirements.txt")}
+    controller = {canonicalize_name(r.name) for r in requirement_files("requirements-controller.txt")}
+    assert audit_packages == controller | {"ansible-core"}, sorted(audit_packages - controller)
+    assert "-c constraints.txt -r requirements-dev.txt" in recipe("test")
 
 
 def test_version_option_prints_the_version():
