@@ -9,13 +9,14 @@ at 10,000 hosts; GitLab takes 30 MB and 500,000 test cases):
   on their hosts: a failure (unwaived, at or above the host's own fail_on), skipped (waived), or
   passed with the finding's text in system-out (below the host's fail_on);
 - a skipped test case per reason a rule was undetermined or skipped by a host's policy;
-- one passed test case per rule that passed somewhere ("passed"), its host and filesystem counts
-  in system-out: CI readers count passed rules, not hosts;
+- one passed test case per rule that passed somewhere ("<rule> passed"), its host and filesystem
+  counts in system-out: CI readers count passed rules and groups, not hosts;
 - an "audit" suite with an error case per status of the hosts not audited (unreachable, failed...).
 
 A case names its hosts (and mount points) in its text, at most HOSTS_NAMED of them, with the
-count and where each host's findings are (hosts/<host>.json). Case names are the group's rule,
-severity and message, stable from run to run (CI readers compare runs by name).
+count and where each host's findings are (hosts/<host>.json). Case names are the group's
+severity and message (or the rule and what it was), stable from run to run (CI readers compare
+runs by name) and unique in the file (GitLab keeps only the first case of a name).
 The document is made with ElementTree, which escapes; xml_text replaces what XML 1.0 cannot hold.
 """
 
@@ -91,11 +92,11 @@ def _case(suite: ET.Element, key: tuple, findings: int, hosts: int, samples: lis
     count = "%s host%s" % ("{:,}".format(hosts), "" if hosts == 1 else "s")
     where = _hosts_text(hosts, findings, samples)
     if outcome in (UNDETERMINED, POLICY_SKIPPED):
-        case.set("name", xml_text("%s: %s" % (outcome, message)))
+        case.set("name", xml_text("%s %s: %s" % (rule, outcome, message)))
         ET.SubElement(case, "skipped", message=xml_text("%s: %s (%s)" % (outcome, message, count))).text = xml_text(where)
         return "skipped"
     if outcome == PASSED:
-        case.set("name", PASSED)
+        case.set("name", xml_text("%s %s" % (rule, PASSED)))
         ET.SubElement(case, "system-out").text = xml_text("Passed on %s." % count + (
             " ({:,} filesystems)".format(findings) if findings != hosts else ""))
         return PASSED
@@ -134,10 +135,10 @@ def document(groups: Groups, summary: dict, rule_order=()) -> ET.Element:
         by_rule.setdefault(key[0], []).append((key, group))
     order = dict((rule, number) for number, rule in enumerate(rule_order))
     totals = {FAILURE: 0, "skipped": 0, PASSED: 0, "error": 0}
+    names = set()  # unique in the file: GitLab reads only the first case of a name
     for rule in sorted(by_rule, key=lambda rule: (order.get(rule, len(order)), rule)):
         suite = ET.SubElement(root, "testsuite", name=xml_text(rule))
         kinds = {FAILURE: 0, "skipped": 0, PASSED: 0}
-        names = set()
         for key, (findings, hosts, samples) in sorted(by_rule[rule], key=lambda item: (
                 _outcome_rank(item[0][-1]), -severity_rank(item[0][1] or "info"), -item[1][1], item[0][3], str(item[0]))):
             kinds[_case(suite, key, findings, hosts, samples)] += 1

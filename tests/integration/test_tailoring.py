@@ -144,7 +144,7 @@ def test_group_policies_judge_each_host_by_its_own(tailored, tmp_path):
 
     # Every report shows the policy: JUnit (skipped cases, per-host fail_on), Markdown, HTML.
     suite = ET.parse(os.path.join(run_dir, "junit.xml")).find("testsuite[@name='EXT4_INODE_128']")
-    skipped = suite.find("testcase[@name='skipped by policy: ext4_audit_rules_skip: performance']/skipped")
+    skipped = suite.find("testcase[@name='EXT4_INODE_128 skipped by policy: ext4_audit_rules_skip: performance']/skipped")
     assert "Hosts (1): web-1." in skipped.text
     assert [f.text.split("Hosts (", 1)[1] for f in suite.findall("testcase/failure[@type='low']")] == [
         "1): db-1 [%s].\nEach host's findings: hosts/<host>.json in the run folder." % mount]
