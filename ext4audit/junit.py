@@ -22,8 +22,12 @@ The document is made with ElementTree, which escapes; xml_text replaces what XML
 
 import re
 import xml.etree.ElementTree as ET
+from typing import IO, TYPE_CHECKING, Iterator, Sequence, Tuple
 
-from . import finding_groups, reports, severity_rank
+from . import finding_groups, reports, severity_rank, writers
+
+if TYPE_CHECKING:
+    from . import fleet
 
 HOSTS_NAMED = 20  # hosts (with their mount points) a test case's text names
 SUITES_NAME = "ext4-fleet-audit"
@@ -31,13 +35,12 @@ AUDIT_SUITE = "audit"  # the suite of the hosts not audited
 # A case's outcome (the last fields of its group key after the remediation's).
 FAILURE, WAIVED, BELOW, UNDETERMINED, POLICY_SKIPPED, PASSED = (
     "failure", "waived", "below fail_on", "undetermined", "skipped by policy", "passed")
-_SKIPPED = (WAIVED, UNDETERMINED, POLICY_SKIPPED)
 _ORDER = (FAILURE, BELOW, WAIVED, UNDETERMINED, POLICY_SKIPPED, PASSED)
 
 _XML_BAD = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
-def xml_text(value) -> str:
+def xml_text(value: object) -> str:
     """Text that XML 1.0 can hold: control characters become U+FFFD (escaping is ElementTree's)."""
     return _XML_BAD.sub("\ufffd", "" if value is None else str(value))
 
@@ -60,7 +63,7 @@ class Groups(finding_groups.FindingGroups):
     def sample(self, report: dict, finding: dict) -> str:
         return report["host"] + (" [%s]" % finding["mountpoint"] if finding.get("mountpoint") else "")
 
-    def entries(self, report: dict):
+    def entries(self, report: dict) -> Iterator[Tuple[tuple, dict]]:
         fail_on = reports.host_fail_on(report, self.fail_on)
         for key, finding in super().entries(report):
             outcome = (FAILURE if reports.failing(finding, fail_on) else WAIVED if finding["waived"]
@@ -127,7 +130,7 @@ def _counted(element: ET.Element, cases: int, failures: int, errors: int, skippe
         element.set("skipped", str(skipped))
 
 
-def document(groups: Groups, summary: dict, rule_order=()) -> ET.Element:
+def document(groups: Groups, summary: dict, rule_order: Sequence[str] = ()) -> ET.Element:
     """The testsuites element: a suite per rule (rule_order first, then by id), then the audit's."""
     root = ET.Element("testsuites", name=SUITES_NAME)
     by_rule = {}
@@ -170,7 +173,7 @@ def document(groups: Groups, summary: dict, rule_order=()) -> ET.Element:
     return root
 
 
-def write_document(out, root: ET.Element) -> None:
+def write_document(out: IO[str], root: ET.Element) -> None:
     """The document to the text file `out` (UTF-8), indented."""
     ET.indent(root)
     out.write('<?xml version="1.0" encoding="UTF-8"?>\n')
@@ -183,11 +186,11 @@ class Writer(finding_groups.Writer):
 
     file = "junit.xml"
 
-    def __init__(self, job):
+    def __init__(self, job: "fleet.Job") -> None:
         super().__init__(job)
         self.groups = Groups(job.fail_on)
 
-    def finish(self, out, summary, digests, parts):
+    def finish(self, out: IO[str], summary: dict, digests: list, parts: writers.Parts) -> None:
         merged = Groups(self.job.fail_on)
         merged.merge_parts(parts)
         write_document(out, document(merged, summary, [rule["id"] for rule in self.job.catalog.rules]))
