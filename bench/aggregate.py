@@ -245,13 +245,14 @@ def _rss_bytes(pid):
         return 0
 
 
-def timed_report(argv, interval=0.01):
+def timed_report(argv, interval=0.01, cwd=ROOT):
     """The report command as a child: wall time; CPU time of the child and its worker processes
     (wait4 counts the children it waited for); peak RSS of the largest process (ru_maxrss); and
     the peak of the summed RSS of the whole process tree, sampled every `interval` s (pages the
-    forked workers share with the parent count once per process: an upper bound)."""
+    forked workers share with the parent count once per process: an upper bound). cwd: the
+    checkout whose ext4audit `python -m` runs (bench/merge.py measures main's too)."""
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable] + argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable] + argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     peak, done = [0], threading.Event()
 
     def sample():

@@ -84,10 +84,11 @@ def record_titles():
     YAML, HTML, XML attribute and text, Markdown), for every record: a record's title as the
     message carried it, followed by where its fix is (so the evidence's "title" is never matched)."""
     sys.path[:0] = [ROOT]
-    from ext4audit import html, junit, kernel_records, markdown, writers
+    from xml.sax.saxutils import escape as xml_escape
+    from ext4audit import html, kernel_records, markdown
 
-    escapes = (lambda t: json.dumps(t)[1:-1], html.escape, junit._attrib, markdown.md,
-               lambda t: writers.replace_all(t, junit._XML_CDATA))
+    escapes = (lambda t: json.dumps(t)[1:-1], html.escape, markdown.md, xml_escape,
+               lambda t: xml_escape(t, {'"': "&quot;", "\n": "&#10;", "\r": "&#13;", "\t": "&#09;"}))
     pairs = set()
     for record in kernel_records.load()["records"]:
         title = ' "%s" (' % " ".join(record["title"].split())

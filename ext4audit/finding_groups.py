@@ -8,6 +8,7 @@ the parent merges the shards' parts (merge) and reads the groups worst first (or
 """
 
 import json
+from typing import Iterator, Tuple
 
 import msgspec
 
@@ -47,10 +48,13 @@ class FindingGroups:
     def sample(self, report: dict, finding: dict):
         return report["host"]
 
+    def entries(self, report: dict) -> Iterator[Tuple[tuple, dict]]:
+        """(key, finding) for each of the host's findings; a subclass may group more of the report."""
+        return ((group_key(finding, self.with_baseline), finding) for finding in report["findings"])
+
     def add_host(self, report: dict) -> None:
         seen = set()
-        for finding in report["findings"]:
-            key = group_key(finding, self.with_baseline)
+        for key, finding in self.entries(report):
             group = self.groups.get(key)
             if group is None:
                 group = self.groups[key] = [0, 0, []]

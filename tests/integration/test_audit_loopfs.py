@@ -4,6 +4,7 @@ import glob
 import os
 import re
 import subprocess
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -110,7 +111,8 @@ def test_audit_finds_exactly_the_expected_rules(fleet, tmp_path):
     assert summary["verdict"] == "fail"
     assert summary["counts"]["by_rule"]["EXT4_NOBARRIER"] == 1
     junit = open(os.path.join(runs[0], "junit.xml")).read()
-    assert 'name="EXT4_NOBARRIER [%s]"' % made["nobarrier-sb"]["mountpoint"] in junit
+    failure = ET.fromstring(junit.encode()).find("testsuite[@name='EXT4_NOBARRIER']/testcase/failure")
+    assert "Hosts (1): localhost [%s]." % made["nobarrier-sb"]["mountpoint"] in failure.text
     assert "<failure" in junit and "Remediation:" in junit
     markdown = open(os.path.join(runs[0], "summary.md")).read()
     assert markdown.startswith("## ext4 fleet audit: FAIL")

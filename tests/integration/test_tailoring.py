@@ -13,6 +13,7 @@ Three inventory hosts audit this one machine over local connections, each in its
 import glob
 import os
 import subprocess
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -142,11 +143,13 @@ def test_group_policies_judge_each_host_by_its_own(tailored, tmp_path):
     assert summary["verdict"] == "fail" and "on db-1" in summary["reason"], summary["reason"]
 
     # Every report shows the policy: JUnit (skipped cases, per-host fail_on), Markdown, HTML.
-    junit = open(os.path.join(run_dir, "junit.xml")).read()
-    assert ('<testcase classname="web-1" name="EXT4_INODE_128">\n      <skipped message="skipped by the host\'s '
-            'policy: ext4_audit_rules_skip: performance" />') in junit
-    assert '<testcase classname="db-1" name="EXT4_INODE_128 [%s]">\n      <failure type="low"' % mount in junit
-    assert '<testcase classname="batch-1" name="EXT4_INODE_128 [%s]">\n      <system-out>' % mount in junit
+    suite = ET.parse(os.path.join(run_dir, "junit.xml")).find("testsuite[@name='EXT4_INODE_128']")
+    skipped = suite.find("testcase[@name='EXT4_INODE_128 skipped by policy: ext4_audit_rules_skip: performance']/skipped")
+    assert "Hosts (1): web-1." in skipped.text
+    assert [f.text.split("Hosts (", 1)[1] for f in suite.findall("testcase/failure[@type='low']")] == [
+        "1): db-1 [%s].\nEach host's findings: hosts/<host>.json in the run folder." % mount]
+    below = [c for c in suite.findall("testcase") if "below fail_on=high" in c.get("name")]
+    assert len(below) == 1 and "Hosts (1): batch-1 [%s]." % mount in below[0].find("system-out").text
     markdown = open(os.path.join(run_dir, "summary.md")).read()
     for text in ("- policy: " + md("fails at low or above (ext4_audit_fail_on)"),
                  "- policy: " + md("severity of EXT4_ERRORS_CONTINUE set to medium: " + OVERRIDE_REASON),

@@ -136,9 +136,10 @@ def test_report_files_verdicts_and_escaping(run_dir):
     assert "\\`\\$\\(rm" in markdown and "\\|" in markdown
     junit_text = open(os.path.join(run_dir, "junit.xml")).read()
     tree = ET.fromstring(junit_text.encode())  # well-formed despite the control character
-    names = [case.get("name") for case in tree.iter("testcase")]
-    assert "EXT4_NOBARRIER [%s]" % HOSTILE.replace("\x01", "\ufffd") in names
-    assert tree.find(".//testcase[@name='audit']/error") is not None
+    failure = tree.find("testsuite[@name='EXT4_NOBARRIER']/testcase/failure")
+    assert "Hosts (1): db-1 [%s]." % HOSTILE.replace("\x01", "\ufffd") in failure.text
+    assert tree.find("testsuite[@name='audit']/testcase[@name='unreachable']/error").text == \
+        "web/<2>: ssh: connect timed out"
     assert "\x01" not in junit_text and "<script>" not in junit_text
 
     # Policies: unreachable not counted -> fail (1); and with fail_on critical -> pass (0).
