@@ -21,8 +21,9 @@ SCRATCH = "/srv/scratch"
 FSTAB_BEFORE = "LABEL=scratch %s ext4 data=writeback 0 2\n" % SCRATCH
 FSTAB_AFTER = "LABEL=scratch %s ext4 data=ordered 0 2\n" % SCRATCH
 RULE = "EXT4_DATA_WRITEBACK"
-# Ansible's own callback prints the outcome lines and the recap; the controller command runs this checkout.
-PLAY_ENV = {"ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default", "PYTHONPATH": ROOT}
+# Ansible's own callback prints the outcome lines (unwrapped: json) and the recap; the controller command runs this checkout.
+PLAY_ENV = {"ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default", "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+            "PYTHONPATH": ROOT}
 
 
 def guest(host, *command):
