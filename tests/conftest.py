@@ -179,6 +179,46 @@ def free_port():
         return sock.getsockname()[1]
 
 
+# The test VMs of testhosts/vm (tests/vm): their tools, their cached image, and reaching them.
+VM_TOOLS = ["/usr/bin/qemu-system-x86_64", "/usr/bin/qemu-img", "/usr/sbin/debootstrap"]
+VM_IMAGES = os.path.join(ROOT, ".cache", "testhosts", "vm")
+needs_vm = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (debootstrap, mkfs.ext4 -d of a root filesystem)"),
+    pytest.mark.skipif(not all(os.path.exists(tool) for tool in VM_TOOLS),
+                       reason="needs %s: apt-get install qemu-system-x86 qemu-utils debootstrap"
+                       % ", ".join(tool for tool in VM_TOOLS if not os.path.exists(tool))),
+]
+
+
+def vm_host(run_dir, name):
+    """A VM's host variables from the inventory snippet vm_up.yml wrote for it."""
+    with open(os.path.join(str(run_dir), "inventory", name + ".yml")) as handle:
+        snippet = yaml.safe_load(handle)
+    return snippet["all"]["children"]["testhosts_vm"]["hosts"][name]
+
+
+def vm_ssh(host, *command, stdin=b"", connect_timeout=20, timeout=120):
+    """Run a fixed command on a VM over SSH (argument list; nothing here comes from the guest)."""
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=%d" % connect_timeout, "-o", "StrictHostKeyChecking=no",
+            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+            "-i", host["ansible_ssh_private_key_file"], "-p", str(host["ansible_port"]),
+            "%s@%s" % (host["ansible_user"], host["ansible_host"]), "--"] + list(command)
+    return subprocess.run(argv, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+
+
+def qemu_processes(marker):
+    """Live processes whose command line mentions marker (a zombie's command line is empty)."""
+    found = []
+    for path in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            with open(path, "rb") as handle:
+                if marker.encode() in handle.read():
+                    found.append(path.split("/")[2])
+        except OSError:
+            pass  # exited while we looked
+    return found
+
+
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory):
     """A real sshd on 127.0.0.1 with its own host key, client key and config (root login by key)."""

@@ -16,28 +16,22 @@ import time
 
 import pytest
 
-from conftest import ROOT, VENV_BIN, ansible_playbook, failing_rules, load_json, run, upgradable_data_corruption
+from conftest import (ROOT, VENV_BIN, VM_IMAGES, ansible_playbook, failing_rules, load_json, needs_vm, qemu_processes,
+                      run, upgradable_data_corruption)
 
 from ext4audit.parsers import ext4_parsers
 
-TOOLS = ["/usr/bin/qemu-system-x86_64", "/usr/bin/qemu-img", "/usr/sbin/debootstrap"]
-MISSING = [tool for tool in TOOLS if not os.path.exists(tool)]
-IMAGES = os.path.join(ROOT, ".cache", "testhosts", "vm")
 # Options the offline inference states for every ext4 filesystem (kernel defaults, superblock, fstab).
 COMPARED = ("data", "delalloc", "auto_da_alloc", "barrier", "discard", "commit", "errors", "journal_async_commit")
 
-pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (debootstrap, mkfs.ext4 -d of a root filesystem)"),
-    pytest.mark.skipif(bool(MISSING), reason="needs %s: apt-get install qemu-system-x86 qemu-utils debootstrap"
-                       % ", ".join(MISSING)),
-]
+pytestmark = needs_vm
 
 
 @pytest.fixture(scope="module")
 def vm_image():
     rc, out = ansible_playbook("playbooks/testhosts/vm_image.yml")
     assert rc == 0, out[-3000:]
-    manifests = glob.glob(os.path.join(IMAGES, "bookworm-*", "manifest.json"))
+    manifests = glob.glob(os.path.join(VM_IMAGES, "bookworm-*", "manifest.json"))
     assert len(manifests) == 1, manifests
     manifest = load_json(manifests[0])
     folder = os.path.dirname(manifests[0])
@@ -51,18 +45,6 @@ def image_facts(tmp_path, **args):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert result.returncode == 0, result.stdout.decode()[-3000:]
     return load_json(str(tmp_path / "tree" / "localhost"))["ext4_image_facts"]
-
-
-def qemu_processes(marker):
-    found = []
-    for path in glob.glob("/proc/[0-9]*/cmdline"):
-        try:
-            with open(path, "rb") as handle:
-                if marker.encode() in handle.read():
-                    found.append(path.split("/")[2])
-        except OSError:
-            pass
-    return found
 
 
 def dumpe2fs_uuid(disk):

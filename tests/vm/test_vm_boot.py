@@ -8,45 +8,12 @@ debootstrap (apt-get install qemu-system-x86 qemu-utils debootstrap) and the Deb
 import glob
 import json
 import os
-import subprocess
 import time
 
-import pytest
-import yaml
+from conftest import (VM_IMAGES, ansible_playbook, failing_rules, free_port, load_json, needs_vm, qemu_processes,
+                      upgradable_data_corruption, vm_host, vm_ssh)
 
-from conftest import ROOT, ansible_playbook, failing_rules, free_port, load_json, upgradable_data_corruption
-
-TOOLS = ["/usr/bin/qemu-system-x86_64", "/usr/bin/qemu-img", "/usr/sbin/debootstrap"]
-MISSING = [tool for tool in TOOLS if not os.path.exists(tool)]
-IMAGES = os.path.join(ROOT, ".cache", "testhosts", "vm")
-
-pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (debootstrap, mkfs.ext4 -d of a root filesystem)"),
-    pytest.mark.skipif(bool(MISSING), reason="needs %s: apt-get install qemu-system-x86 qemu-utils debootstrap"
-                       % ", ".join(MISSING)),
-]
-
-
-def ssh(host, *command):
-    """Run a fixed command on a VM over SSH (argument list; nothing here comes from the guest)."""
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=20", "-o", "StrictHostKeyChecking=no",
-            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
-            "-i", host["ansible_ssh_private_key_file"], "-p", str(host["ansible_port"]),
-            "%s@%s" % (host["ansible_user"], host["ansible_host"]), "--"] + list(command)
-    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
-
-
-def qemu_processes(marker):
-    """Live processes whose command line mentions marker (a zombie's command line is empty)."""
-    found = []
-    for path in glob.glob("/proc/[0-9]*/cmdline"):
-        try:
-            with open(path, "rb") as handle:
-                if marker.encode() in handle.read():
-                    found.append(path.split("/")[2])
-        except OSError:
-            pass  # exited while we looked
-    return found
+pytestmark = needs_vm
 
 
 def two_free_ports():
@@ -66,7 +33,7 @@ def test_two_kernels_boot_and_are_audited(tmp_path):
     rc, out = ansible_playbook("playbooks/testhosts/vm_image.yml")
     assert rc == 0, out
     timings["image"] = time.monotonic() - step
-    manifests = glob.glob(os.path.join(IMAGES, "bookworm-*", "manifest.json"))
+    manifests = glob.glob(os.path.join(VM_IMAGES, "bookworm-*", "manifest.json"))
     assert len(manifests) == 1, manifests  # older recipes' images are removed
     image_dir = os.path.dirname(manifests[0])
     manifest = load_json(manifests[0])
@@ -96,9 +63,7 @@ def test_two_kernels_boot_and_are_audited(tmp_path):
 
         inventory = {}
         for vm in vms:
-            with open(run_dir / "inventory" / (vm["name"] + ".yml")) as handle:
-                snippet = yaml.safe_load(handle)
-            host = snippet["all"]["children"]["testhosts_vm"]["hosts"][vm["name"]]
+            host = vm_host(run_dir, vm["name"])
             assert host["ansible_host"] == "127.0.0.1" and host["ansible_port"] == vm["port"]
             assert host["ansible_user"] == "root" and os.path.exists(host["ansible_ssh_private_key_file"])
             assert "StrictHostKeyChecking=no" in host["ansible_ssh_common_args"]
@@ -108,7 +73,7 @@ def test_two_kernels_boot_and_are_audited(tmp_path):
         releases = {}
         for vm in vms:
             host = inventory[vm["name"]]
-            result = ssh(host, "uname", "-r")
+            result = vm_ssh(host, "uname", "-r")
             assert result.returncode == 0, result.stdout
             release = result.stdout.decode().strip()
             # "6.1.0-56-cloud-amd64" is a 6.1 kernel, "6.12.117+deb12-cloud-amd64" a 6.12 one.
@@ -116,7 +81,7 @@ def test_two_kernels_boot_and_are_audited(tmp_path):
             assert release == manifest["kernels"][vm["kernel"]]
             releases[vm["name"]] = release
             for command in (["python3", "--version"], ["dumpe2fs", "-V"]):
-                result = ssh(host, *command)
+                result = vm_ssh(host, *command)
                 assert result.returncode == 0, (vm["name"], command, result.stdout)
 
         # The real audit against both VMs (root in the guests: no privilege escalation needed).
