@@ -89,16 +89,25 @@ test-deps: lint-deps sarif-multitool ansible-cores
 	if [ -n "$$missing" ]; then echo "installing $(TEST_APT_PACKAGES)"; $(APT_GET) update -q && \
 	  $(APT_GET) install -y -q --no-install-recommends $(TEST_APT_PACKAGES); fi
 
-# The older ansible-core releases the collection supports (meta/runtime.yml's requires_ansible; AAP 2.4
-# and 2.5 execution environments ship 2.15 and 2.16), each in a venv of its own under
-# .cache/ansible-core/<version>: tests/integration/test_ansible_cores.py runs the audit with each.
-# The newest is the project's own (requirements.txt).
-ANSIBLE_CORES := 2.15.13 2.16.19
+# The ansible-core releases the collection supports besides the project's own (requirements.txt:
+# 2.19), oldest to newest on PyPI, each as CORE:PYTHON with a Python that core supports as a
+# controller (2.15: 3.9-3.11; 2.16, 2.17: 3.10-3.12; 2.18: 3.11-3.13; 2.20, 2.21: 3.12-3.14), in a
+# venv of its own under .cache/ansible-core/<core>. meta/runtime.yml's requires_ansible names the
+# oldest (AAP 2.4 and 2.5 execution environments ship 2.15 and 2.16);
+# tests/integration/test_ansible_cores.py runs the audit with each and ansible-test sanity with the
+# oldest and the newest (all of them with EXT4AUDIT_SANITY_CORES=all). A Python that is not
+# on PATH is looked for among pyenv's versions (these machines keep 3.8 to 3.13 there).
+ANSIBLE_CORES := 2.15.13:3.11 2.16.19:3.10 2.17.14:3.12 2.18.19:3.13 2.20.10:3.12 2.21.5:3.13
+PYENV_VERSIONS := $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions
 ansible-cores:
-	@for v in $(ANSIBLE_CORES); do \
+	@for pair in $(ANSIBLE_CORES); do \
+	  v=$${pair%%:*}; py=$${pair##*:}; \
 	  test -x .cache/ansible-core/$$v/bin/ansible-playbook && continue; \
-	  echo "installing ansible-core $$v into .cache/ansible-core/$$v"; \
-	  $(PYTHON) -m venv .cache/ansible-core/$$v && \
+	  python=$$(command -v python$$py); \
+	  "$$python" -c '' 2>/dev/null || python=$$(ls -d $(PYENV_VERSIONS)/$$py.*/bin/python$$py 2>/dev/null | sort -V | tail -1); \
+	  test -n "$$python" || { echo "ansible-core $$v needs Python $$py, which is not installed"; exit 1; }; \
+	  echo "installing ansible-core $$v with Python $$py into .cache/ansible-core/$$v"; \
+	  rm -rf .cache/ansible-core/$$v && "$$python" -m venv .cache/ansible-core/$$v && \
 	  .cache/ansible-core/$$v/bin/pip install -q --disable-pip-version-check ansible-core==$$v || exit 1; \
 	done
 
