@@ -11,7 +11,7 @@ APT_COMMANDS := dumpe2fs debugfs losetup
 APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: schemas collection setup deps vm-deps lint-deps test-deps sarif-multitool ansible-cores cloud-deps audit test lint rules docs role-readmes clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records e2fsprogs-corpus
+.PHONY: schemas collection setup deps vm-deps lint-deps test-deps sarif-multitool ansible-cores galaxy-importer cloud-deps audit test lint rules docs role-readmes clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records e2fsprogs-corpus
 setup: deps $(VENV)/.installed
 
 # Debian packages the audit and the tests use; installed only when a tool is missing.
@@ -84,7 +84,7 @@ lint-deps: setup
 # where systemd runs, installing it also starts Debian's own cluster on :5432).
 TEST_APT_PACKAGES := chromium chromium-driver prometheus openssh-server sshfs xfsprogs postgresql
 TEST_APT_COMMANDS := /usr/bin/chromium /usr/bin/chromedriver /usr/bin/promtool /usr/sbin/sshd sshfs mkfs.xfs /usr/bin/pg_ctlcluster
-test-deps: lint-deps sarif-multitool ansible-cores
+test-deps: lint-deps sarif-multitool ansible-cores galaxy-importer
 	@for c in $(TEST_APT_COMMANDS); do command -v $$c >/dev/null || missing=1; done; \
 	if [ -n "$$missing" ]; then echo "installing $(TEST_APT_PACKAGES)"; $(APT_GET) update -q && \
 	  $(APT_GET) install -y -q --no-install-recommends $(TEST_APT_PACKAGES); fi
@@ -110,6 +110,15 @@ ansible-cores:
 	  rm -rf .cache/ansible-core/$$v && "$$python" -m venv .cache/ansible-core/$$v && \
 	  .cache/ansible-core/$$v/bin/pip install -q --disable-pip-version-check ansible-core==$$v || exit 1; \
 	done
+
+# Galaxy's import check (tests/unit/test_collection_lint.py), in a venv of its own under
+# .cache/galaxy-importer: it brings its own ansible-core and ansible-lint.
+GALAXY_IMPORTER_VERSION := 0.4.44
+galaxy-importer:
+	@.cache/galaxy-importer/bin/python -c 'import galaxy_importer' 2>/dev/null && exit 0; \
+	echo "installing galaxy-importer $(GALAXY_IMPORTER_VERSION) into .cache/galaxy-importer"; \
+	rm -rf .cache/galaxy-importer && $(PYTHON) -m venv .cache/galaxy-importer && \
+	.cache/galaxy-importer/bin/pip install -q --disable-pip-version-check galaxy-importer==$(GALAXY_IMPORTER_VERSION)
 
 # Microsoft's SARIF Multitool (npm @microsoft/sarif-multitool-linux: a self-contained Linux build)
 # and the SARIF 2.1.0 schema it ships (errata01: suppression.status), in .cache/sarif-multitool:

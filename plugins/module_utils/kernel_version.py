@@ -294,8 +294,8 @@ def compare_evr(a, b):
     """
     if not isinstance(a, str) or not isinstance(b, str):
         raise ValueError("version-release must be strings, got %r and %r" % (a, b))
-    va, _, ra = a.rpartition("-") if "-" in a else (a, "", "")
-    vb, _, rb = b.rpartition("-") if "-" in b else (b, "", "")
+    va, _unused, ra = a.rpartition("-") if "-" in a else (a, "", "")
+    vb, _unused, rb = b.rpartition("-") if "-" in b else (b, "", "")
     return rpmvercmp(va, vb) or rpmvercmp(ra, rb)
 
 
