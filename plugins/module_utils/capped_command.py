@@ -9,7 +9,7 @@ allows no ignore for that). Python >= 3.8 standard library only.
 
 from __future__ import absolute_import, division, print_function
 
-__metaclass__ = type  # pylint: disable=invalid-name
+__metaclass__ = type
 
 import os
 import selectors
@@ -62,4 +62,3 @@ def run_capped(argv, env, limit, stderr_limit, timeout, drain=False):
         proc.stdout.close()
         proc.stderr.close()
     return rc, bytes(kept[proc.stdout]), kept[proc.stderr].decode("utf-8", "replace"), over
-

@@ -8,6 +8,10 @@ raised as ``ParseError`` with the line that broke it, never a bare traceback.
 Formats and their sources are described in ../shared/research/ext4kb.md (sec. 0, 2.2).
 """
 
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
 import binascii
 import re
 import struct

@@ -17,6 +17,10 @@ Stdlib only, Python >= 3.8: shipped to targets inside a module and imported
 by controller code and tests as-is.
 """
 
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
 import re
 
 VENDORS = ("debian", "ubuntu", "rhel", "amazon", "alibaba", "suse", "mainline")

@@ -916,7 +916,7 @@ class ImageReader:
                              "refused before writing" % (workdir, vfs.f_bavail * vfs.f_frsize // MIB, needed // MIB))
         raw = os.path.join(workdir, "image.raw")
         rc, out, err, _unused = self.run([qemu_img, "convert", "-f", "qcow2", "-O", "raw", path, raw], TEXT_CAP,
-                                   self.params["scan_timeout"], drain=True)
+                                         self.params["scan_timeout"], drain=True)
         if rc != 0:
             raise ImageError("qemu-img convert failed (rc=%d): %s" % (rc, err.strip()[:300]))
         return raw
@@ -1137,7 +1137,7 @@ class ImageReader:
         else:
             try:
                 exit_code, out, err, _unused = self.run([self.tool("e2fsck"), "-f", "-n", self.target(part)], FSCK_KEPT,
-                                                  self.params["scan_timeout"], drain=True)
+                                                        self.params["scan_timeout"], drain=True)
             except ImageError as exc:
                 problems.append("e2fsck -fn: %s" % exc)
             else:
