@@ -12,7 +12,7 @@ APT_COMMANDS := dumpe2fs debugfs losetup
 APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: schemas collection setup setup-dev deps vm-deps lint-deps test-deps sarif-multitool ansible-cores cloud-deps audit test lint rules docs role-readmes module-returns clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records e2fsprogs-corpus
+.PHONY: schemas collection setup setup-dev deps vm-deps lint-deps test-deps sarif-multitool ansible-cores galaxy-importer cloud-deps audit test lint rules docs role-readmes module-returns clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records e2fsprogs-corpus
 setup: deps $(VENV)/.installed
 
 # Debian packages the audit and the tests use; installed only when a tool is missing.
@@ -96,23 +96,41 @@ lint-deps: setup
 # where systemd runs, installing it also starts Debian's own cluster on :5432).
 TEST_APT_PACKAGES := chromium chromium-driver prometheus openssh-server sshfs xfsprogs postgresql
 TEST_APT_COMMANDS := /usr/bin/chromium /usr/bin/chromedriver /usr/bin/promtool /usr/sbin/sshd sshfs mkfs.xfs /usr/bin/pg_ctlcluster
-test-deps: lint-deps sarif-multitool ansible-cores
+test-deps: lint-deps sarif-multitool ansible-cores galaxy-importer
 	@for c in $(TEST_APT_COMMANDS); do command -v $$c >/dev/null || missing=1; done; \
 	if [ -n "$$missing" ]; then echo "installing $(TEST_APT_PACKAGES)"; $(APT_GET) update -q && \
 	  $(APT_GET) install -y -q --no-install-recommends $(TEST_APT_PACKAGES); fi
 
-# The older ansible-core releases the collection supports (meta/runtime.yml's requires_ansible; AAP 2.4
-# and 2.5 execution environments ship 2.15 and 2.16), each in a venv of its own under
-# .cache/ansible-core/<version>: tests/integration/test_ansible_cores.py runs the audit with each.
-# The newest is the project's own (constraints.txt).
-ANSIBLE_CORES := 2.15.13 2.16.19
+# The ansible-core releases the collection supports besides the project's own (constraints.txt:
+# 2.19), oldest to newest on PyPI, each as CORE:PYTHON with a Python that core supports as a
+# controller (2.15: 3.9-3.11; 2.16, 2.17: 3.10-3.12; 2.18: 3.11-3.13; 2.20, 2.21: 3.12-3.14), in a
+# venv of its own under .cache/ansible-core/<core>. meta/runtime.yml's requires_ansible names the
+# oldest (AAP 2.4 and 2.5 execution environments ship 2.15 and 2.16);
+# tests/integration/test_ansible_cores.py runs the audit with each and ansible-test sanity with the
+# oldest (with the newest when EXT4AUDIT_SANITY_CORES=ends; =all: every core). A Python that is not
+# on PATH is looked for among pyenv's versions (these machines keep 3.8 to 3.13 there).
+ANSIBLE_CORES := 2.15.13:3.11 2.16.19:3.10 2.17.14:3.12 2.18.19:3.13 2.20.10:3.12 2.21.5:3.13
+PYENV_VERSIONS := $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions
 ansible-cores:
-	@for v in $(ANSIBLE_CORES); do \
+	@for pair in $(ANSIBLE_CORES); do \
+	  v=$${pair%%:*}; py=$${pair##*:}; \
 	  test -x .cache/ansible-core/$$v/bin/ansible-playbook && continue; \
-	  echo "installing ansible-core $$v into .cache/ansible-core/$$v"; \
-	  $(PYTHON) -m venv .cache/ansible-core/$$v && \
+	  python=$$(command -v python$$py); \
+	  "$$python" -c '' 2>/dev/null || python=$$(ls -d $(PYENV_VERSIONS)/$$py.*/bin/python$$py 2>/dev/null | sort -V | tail -1); \
+	  test -n "$$python" || { echo "ansible-core $$v needs Python $$py, which is not installed"; exit 1; }; \
+	  echo "installing ansible-core $$v with Python $$py into .cache/ansible-core/$$v"; \
+	  rm -rf .cache/ansible-core/$$v && "$$python" -m venv .cache/ansible-core/$$v && \
 	  .cache/ansible-core/$$v/bin/pip install -q --disable-pip-version-check ansible-core==$$v || exit 1; \
 	done
+
+# Galaxy's import check (tests/unit/test_collection_lint.py), in a venv of its own under
+# .cache/galaxy-importer: it brings its own ansible-core and ansible-lint.
+GALAXY_IMPORTER_VERSION := 0.4.44
+galaxy-importer:
+	@.cache/galaxy-importer/bin/python -c 'import galaxy_importer' 2>/dev/null && exit 0; \
+	echo "installing galaxy-importer $(GALAXY_IMPORTER_VERSION) into .cache/galaxy-importer"; \
+	rm -rf .cache/galaxy-importer && $(PYTHON) -m venv .cache/galaxy-importer && \
+	.cache/galaxy-importer/bin/pip install -q --disable-pip-version-check galaxy-importer==$(GALAXY_IMPORTER_VERSION)
 
 # Microsoft's SARIF Multitool (npm @microsoft/sarif-multitool-linux: a self-contained Linux build)
 # and the SARIF 2.1.0 schema it ships (errata01: suppression.status), in .cache/sarif-multitool:

@@ -7,7 +7,17 @@ the task executor updates between attempts. With it the module returns as soon a
 that was not shown yet, also one appended between two attempts.
 """
 
+from typing import Any, Dict, Optional, Union
+
 from ansible.plugins.action import ActionBase
+
+
+def registered_name(register: Union[str, Dict[str, Any], None]) -> Optional[str]:
+    """The task's `register` variable name, or None: ansible-core 2.21 keeps `register: name` as a
+    projection {name: expression}, earlier cores as the name itself."""
+    if isinstance(register, dict):
+        return next(iter(register), None)
+    return register or None
 
 
 class ActionModule(ActionBase):
@@ -15,7 +25,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        previous = (task_vars or {}).get(self._task.register) if self._task.register else None
+        previous = (task_vars or {}).get(registered_name(self._task.register))
         seen = len(previous.get("lines") or []) if isinstance(previous, dict) and "finished" in previous else 0
         result.update(self._execute_module(module_args=dict(self._task.args, seen=seen), task_vars=task_vars))
         return result

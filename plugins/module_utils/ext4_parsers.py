@@ -8,6 +8,10 @@ raised as ``ParseError`` with the line that broke it, never a bare traceback.
 Formats and their sources are described in ../shared/research/ext4kb.md (sec. 0, 2.2).
 """
 
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
 import binascii
 import re
 import struct
@@ -621,11 +625,11 @@ def parse_partition_table(read, size):
         raise ParseError("no partition table (no MBR signature 55AA at byte 510) and no ext2/3/4 "
                          "superblock at the start: not a disk image this check can read")
     entries = [struct.unpack_from("<B3xB3xII", head, 446 + 16 * i) for i in range(4)]
-    if any(kind == 0xEE for _, kind, _, _ in entries):
+    if any(kind == 0xEE for _unused, kind, _unused, _unused in entries):
         return _parse_gpt(read, size)
     signature = struct.unpack_from("<I", head, 440)[0]
     partitions = []
-    for index, (_, kind, lba, count) in enumerate(entries):
+    for index, (_unused, kind, lba, count) in enumerate(entries):
         if kind == 0 or count == 0:
             continue
         if kind in MBR_EXTENDED:
@@ -645,12 +649,12 @@ def _logical_partitions(read, extended_lba, signature):
         sector = read(ebr * 512, 512)
         if len(sector) < 512 or sector[510:512] != b"\x55\xaa":
             raise ParseError("extended boot record at sector %d has no 55AA signature" % ebr)
-        _, kind, lba, count = struct.unpack_from("<B3xB3xII", sector, 446)
+        _unused, kind, lba, count = struct.unpack_from("<B3xB3xII", sector, 446)
         if kind and count:
             number = 5 + len(found)
             found.append(_partition(number, (ebr + lba) * 512, count * 512, "0x%02x" % kind,
                                     MBR_TYPES.get(kind), "%08x-%02x" % (signature, number)))
-        _, next_kind, next_lba, _ = struct.unpack_from("<B3xB3xII", sector, 462)
+        _unused, next_kind, next_lba, _unused = struct.unpack_from("<B3xB3xII", sector, 462)
         if next_kind not in MBR_EXTENDED or not next_lba:
             break
         ebr = extended_lba + next_lba

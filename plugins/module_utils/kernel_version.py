@@ -17,6 +17,10 @@ Stdlib only, Python >= 3.8: shipped to targets inside a module and imported
 by controller code and tests as-is.
 """
 
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
 import re
 
 VENDORS = ("debian", "ubuntu", "rhel", "amazon", "alibaba", "suse", "mainline")
@@ -294,8 +298,8 @@ def compare_evr(a, b):
     """
     if not isinstance(a, str) or not isinstance(b, str):
         raise ValueError("version-release must be strings, got %r and %r" % (a, b))
-    va, _, ra = a.rpartition("-") if "-" in a else (a, "", "")
-    vb, _, rb = b.rpartition("-") if "-" in b else (b, "", "")
+    va, _unused, ra = a.rpartition("-") if "-" in a else (a, "", "")
+    vb, _unused, rb = b.rpartition("-") if "-" in b else (b, "", "")
     return rpmvercmp(va, vb) or rpmvercmp(ra, rb)
 
 

@@ -13,6 +13,10 @@ symbolic link, and checked as it is opened; the run folder is made with mkdir (n
 exists: two runs with the same id cannot share it).
 """
 
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
 import errno
 import hashlib
 import json

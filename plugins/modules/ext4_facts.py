@@ -52,11 +52,11 @@ extends_documentation_fragment:
 
 EXAMPLES = r"""
 - name: Read ext4 facts
-  ext4_facts:
+  ext4audit.fleet.ext4_facts:
   register: ext4
 
 - name: Without dumpe2fs (no root)
-  ext4_facts:
+  ext4audit.fleet.ext4_facts:
     superblock: false
 """
 

@@ -94,12 +94,12 @@ extends_documentation_fragment:
 
 EXAMPLES = r"""
 - name: Inspect an image offline
-  ext4_image_facts:
+  ext4audit.fleet.ext4_image_facts:
     image: /var/lib/images/web-2026-11.qcow2
   register: image
 
 - name: Inspect and extract its kernel and initrd to boot it
-  ext4_image_facts:
+  ext4audit.fleet.ext4_image_facts:
     image: /var/lib/images/web-2026-11.raw
     boot_files_dir: /var/tmp/precheck
 """
@@ -672,11 +672,8 @@ ext4_image_facts:
 import contextlib
 import os
 import re
-import selectors
 import shutil
-import signal
 import stat
-import subprocess
 import tempfile
 import time
 
@@ -688,6 +685,7 @@ from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers impor
     parse_dpkg_status, parse_dumpe2fs, parse_dumpe2fs_identity, parse_fstab, parse_grub_first_kernel, parse_os_release,
     parse_partition_table, plain_image_path, release_sort_key,
 )
+from ansible_collections.ext4audit.fleet.plugins.module_utils.capped_command import CommandTimeout, run_capped
 from ansible_collections.ext4audit.fleet.plugins.module_utils.kernel_version import identify, options_kernel
 from ansible_collections.ext4audit.fleet.plugins.module_utils.own_folders import claim, sweep
 
@@ -791,41 +789,10 @@ class ImageReader:
             raise OutOfTime("before %s" % os.path.basename(argv[0]))
         # the budget cuts a command short: then the budget, not the command, is what ran out
         by_budget, timeout = left < timeout, min(timeout, left)
-        env = dict(os.environ, **ENV)
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=env, start_new_session=True)  # its own group: killed with any child
-        kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
-        room = {proc.stdout: limit, proc.stderr: STDERR_KEPT}
-        over, deadline = False, time.monotonic() + timeout
         try:
-            with selectors.DefaultSelector() as selector:
-                for pipe in kept:
-                    selector.register(pipe, selectors.EVENT_READ)
-                while selector.get_map() and not (over and not drain):
-                    ready = selector.select(deadline - time.monotonic())
-                    if not ready:
-                        raise self.too_slow(argv, timeout, by_budget)
-                    for key, _ in ready:
-                        data = os.read(key.fd, 65536)
-                        if not data:
-                            selector.unregister(key.fileobj)
-                            continue
-                        space = room[key.fileobj] - len(kept[key.fileobj])
-                        kept[key.fileobj] += data[:max(space, 0)]
-                        over = over or (key.fileobj is proc.stdout and len(data) > space)
-            if over and not drain:
-                return None, bytes(kept[proc.stdout]), kept[proc.stderr].decode("utf-8", "replace"), True
-            try:
-                rc = proc.wait(max(deadline - time.monotonic(), 0))
-            except subprocess.TimeoutExpired:
-                raise self.too_slow(argv, timeout, by_budget)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            proc.stdout.close()
-            proc.stderr.close()
-        return rc, bytes(kept[proc.stdout]), kept[proc.stderr].decode("utf-8", "replace"), over
+            return run_capped(argv, dict(os.environ, **ENV), limit, STDERR_KEPT, timeout, drain)
+        except CommandTimeout:
+            raise self.too_slow(argv, timeout, by_budget) from None
 
     @staticmethod
     def too_slow(argv, timeout, by_budget):
@@ -954,8 +921,8 @@ class ImageReader:
             raise ImageError("%s has %d MiB free, the raw copy of this image needs up to its virtual size, %d MiB: "
                              "refused before writing" % (workdir, vfs.f_bavail * vfs.f_frsize // MIB, needed // MIB))
         raw = os.path.join(workdir, "image.raw")
-        rc, out, err, _ = self.run([qemu_img, "convert", "-f", "qcow2", "-O", "raw", path, raw], TEXT_CAP,
-                                   self.params["scan_timeout"], drain=True)
+        rc, out, err, _unused = self.run([qemu_img, "convert", "-f", "qcow2", "-O", "raw", path, raw], TEXT_CAP,
+                                         self.params["scan_timeout"], drain=True)
         if rc != 0:
             raise ImageError("qemu-img convert failed (rc=%d): %s" % (rc, err.strip()[:300]))
         return raw
@@ -1052,7 +1019,7 @@ class ImageReader:
             if text is not None:
                 candidates.append((part, text))
         for part, text in candidates:
-            entries, _ = parse_fstab(text)
+            entries, _unused = parse_fstab(text)
             for entry in entries:
                 if entry["mountpoint"] == "/" and self.match(entry["spec"], [part], None) is part:
                     return part, text, False
@@ -1175,8 +1142,8 @@ class ImageReader:
             problems.append("its journal is on another device (%s), not in the image: not checked" % sb["journal_device"])
         else:
             try:
-                exit_code, out, err, _ = self.run([self.tool("e2fsck"), "-f", "-n", self.target(part)], FSCK_KEPT,
-                                                  self.params["scan_timeout"], drain=True)
+                exit_code, out, err, _unused = self.run([self.tool("e2fsck"), "-f", "-n", self.target(part)], FSCK_KEPT,
+                                                        self.params["scan_timeout"], drain=True)
             except ImageError as exc:
                 problems.append("e2fsck -fn: %s" % exc)
             else:
@@ -1214,7 +1181,7 @@ class ImageReader:
 
     @staticmethod
     def mount_for(path, mounts):
-        for mountpoint, (part, _) in mounts:
+        for mountpoint, (part, _unused) in mounts:
             if path == mountpoint or path.startswith(mountpoint.rstrip("/") + "/"):
                 return part, "/" + path[len(mountpoint):].lstrip("/")
         raise ImageError("no filesystem for %s" % path)
@@ -1416,7 +1383,7 @@ class ImageReader:
             "the highest version (no /vmlinuz link or GRUB entry names one)"
 
     def mountpoint_of(self, part):
-        for mountpoint, (mounted, _) in self.mounts:
+        for mountpoint, (mounted, _unused) in self.mounts:
             if mounted is part:
                 return mountpoint
         return None

@@ -9,32 +9,13 @@ argument specs and RETURN blocks against their code, pylint, pep8, yamllint and 
 
 import glob
 import os
-import shutil
 
-
-from conftest import ROOT, VENV_BIN, run
-
-# ansible-test puts pip into each venv with get-pip.py from ci-files.testing.ansible.com, which
-# these machines cannot reach; tests/sanity/get_pip.py stands in, in the cache ansible-test reads
-# first. 24.2: ansible-core 2.19's bootstrap pip (ansible_test/_internal/python_requirements.py).
-GET_PIP_CACHE = os.path.expanduser("~/.ansible/test/cache/get_pip_24_2.py")
+from conftest import ROOT, VENV_BIN
+from installed_collection import install_collection, run_sanity
 
 
 def test_ansible_test_sanity_passes_on_the_installed_collection(tmp_path):
-    # As a user outside this checkout: `make test` exports ANSIBLE_CONFIG=ansible.cfg, whose
-    # collections_path already holds ext4audit.fleet, and ansible-galaxy would then install nothing.
-    env = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
-    run([os.path.join(VENV_BIN, "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path / "dist"), ROOT],
-        cwd=str(tmp_path), env=env)
-    [tarball] = os.listdir(str(tmp_path / "dist"))
-    run([os.path.join(VENV_BIN, "ansible-galaxy"), "collection", "install", str(tmp_path / "dist" / tarball),
-         "-p", str(tmp_path)], cwd=str(tmp_path), env=env)
-    if not os.path.exists(GET_PIP_CACHE):
-        os.makedirs(os.path.dirname(GET_PIP_CACHE), exist_ok=True)
-        shutil.copy(os.path.join(ROOT, "tests", "sanity", "get_pip.py"), GET_PIP_CACHE)
-    collection = tmp_path / "ansible_collections" / "ext4audit" / "fleet"
-    run([os.path.join(VENV_BIN, "ansible-test"), "sanity", "--python", "3.11", "--color", "no"],
-        cwd=str(collection), env=env)
+    run_sanity(os.path.join(VENV_BIN, "ansible-test"), "3.11", install_collection(tmp_path))
 
 
 def test_every_controller_module_is_in_the_sanity_ignore_file():

@@ -158,10 +158,10 @@ def loop_attach(image):
     ctl = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
     img = os.open(image, os.O_RDWR | os.O_CLOEXEC)
     try:
-        for _ in range(64):
+        for _unused in range(64):
             number = fcntl.ioctl(ctl, LOOP_CTL_GET_FREE)
             device = "/dev/loop%d" % number
-            for _ in range(50):  # udev (where there is one) may create the node a moment later
+            for _unused in range(50):  # udev (where there is one) may create the node a moment later
                 if os.path.exists(device):
                     break
                 time.sleep(0.01)
@@ -469,7 +469,7 @@ class Scratch:
         walked: their files live inside run images already counted."""
         total = 0
         own_device = os.fstat(self.fd).st_dev
-        for _, dirs, files, dir_fd in os.fwalk(dir_fd=self.fd):
+        for _unused, dirs, files, dir_fd in os.fwalk(dir_fd=self.fd):
             dirs[:] = [d for d in dirs if os.stat(d, dir_fd=dir_fd, follow_symlinks=False).st_dev == own_device]
             for name in files:
                 try:
@@ -566,7 +566,7 @@ def mkfs_argv(mkfs, disk_size, image):
 def run_tool(argv, what):
     env = dict(os.environ, LC_ALL="C")
     proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                          universal_newlines=True, timeout=120)
+                          universal_newlines=True, timeout=120, check=False)
     if proc.returncode != 0:
         raise ProbeError("%s failed (exit %d): %s" % (what, proc.returncode, proc.stdout.strip()[-500:]))
 
@@ -687,7 +687,7 @@ def hole_sizes(free_blocks, layout):
         if share[a] > 0.001 and (1 << a) + 1 <= budget:
             counts[a] += budget // ((1 << a) + 1)
             budget %= (1 << a) + 1
-    sizes = [1 << a for a, c in enumerate(counts) for _ in range(c)]
+    sizes = [1 << a for a, c in enumerate(counts) for _unused in range(c)]
     random.Random(1).shuffle(sizes)  # deterministic, as in Chopper
     return sizes
 
@@ -723,7 +723,7 @@ def build_environment():
     fragments it, the mke2fs that makes it, and this code (hole sizes, mkfs arguments)."""
     uname = os.uname()
     mke2fs = subprocess.run(["mke2fs", "-V"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30,
-                            env=dict(os.environ, LC_ALL="C"), universal_newlines=True)
+                            env=dict(os.environ, LC_ALL="C"), universal_newlines=True, check=False)
     with open(os.path.abspath(__file__), "rb") as handle:
         code = hashlib.sha256(handle.read()).hexdigest()
     return {"format": CACHE_FORMAT, "kernel": [uname.release, uname.version, uname.machine],
@@ -907,7 +907,7 @@ def fiemap(fd, max_extents=512):
         mapped = FIEMAP_HEADER.unpack_from(request, 0)[3]
         last = False
         for i in range(mapped):
-            logical, physical, length, _, _, flags = FIEMAP_EXTENT.unpack_from(
+            logical, physical, length, _unused, _unused, flags = FIEMAP_EXTENT.unpack_from(
                 request, FIEMAP_HEADER.size + i * FIEMAP_EXTENT.size)
             extents.append((logical, physical, length))
             last = bool(flags & FIEMAP_EXTENT_LAST)
@@ -922,10 +922,10 @@ def extent_metrics(extents, block_size):
     if not extents:
         return {"dspan": 0, "extents": 0, "layout_score": 1.0}
     extents = sorted(extents)
-    blocks = sum(length // block_size for _, _, length in extents)
-    good = sum(length // block_size - 1 for _, _, length in extents)
+    blocks = sum(length // block_size for _unused, _unused, length in extents)
+    good = sum(length // block_size - 1 for _unused, _unused, length in extents)
     good += sum(1 for prev, cur in zip(extents, extents[1:]) if prev[1] + prev[2] == cur[1])
-    return {"dspan": max(p + n for _, p, n in extents) - min(p for _, p, _ in extents),
+    return {"dspan": max(p + n for _unused, p, n in extents) - min(p for _unused, p, _unused in extents),
             "extents": len(extents), "layout_score": round(good / (blocks - 1), 4) if blocks > 1 else 1.0}
 
 
@@ -1177,7 +1177,7 @@ def rename_workload(mnt, size=4 * MiB, iterations=12):
     for i in range(iterations):
         for name in ("victim", "new"):
             with open(os.path.join(mnt, name), "wb") as handle:
-                for _ in range(size // MiB):
+                for _unused in range(size // MiB):
                     handle.write(PAYLOAD)
         latencies.append(timed(os.rename, os.path.join(mnt, "new"), os.path.join(mnt, "victim")))
     return percentile(latencies, 0.5)
@@ -1188,7 +1188,7 @@ def writeback_workload(mnt, size=16 * MiB):
     start = time.perf_counter()
     fd = os.open(os.path.join(mnt, "bulk"), os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644)
     try:
-        for _ in range(size // MiB):
+        for _unused in range(size // MiB):
             os.write(fd, PAYLOAD)
         os.fsync(fd)
     finally:
@@ -1221,7 +1221,7 @@ def existing_entry(mountpoint):
 def mkdir_existing_latency(path, iterations=200):
     """Seed 002: mkdir on a path that exists: EEXIST, never a change."""
     latencies = []
-    for _ in range(iterations):
+    for _unused in range(iterations):
         start = time.perf_counter()
         try:
             os.mkdir(path)
@@ -1237,7 +1237,7 @@ def mkdir_existing_latency(path, iterations=200):
 def mkdir_latency_child(path):
     # as the probe itself is started (ext4_probe_run): isolated, no site-packages, no bytecode beside it
     out = subprocess.run([sys.executable, "-I", "-S", "-B", os.path.abspath(__file__), "mkdir-latency", path],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30, universal_newlines=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=30, universal_newlines=True, check=False)
     if out.returncode != 0:
         raise ProbeError("mkdir timing on %s failed: %s" % (path, out.stderr.strip()[-300:]))
     return float(out.stdout)
@@ -1305,7 +1305,7 @@ class Confirmations:
         raw = {"risky": [], "safe": []}
         run_image = self.scratch.path("runs", "confirm.img")
         try:
-            for _ in range(self.repetitions):
+            for _unused in range(self.repetitions):
                 if now() > self.deadline:
                     entry["reason"] = "time budget reached after %d repetitions" % entry["repetitions"]
                     break
@@ -1384,7 +1384,7 @@ class Confirmations:
                 with Mounted(run_image, self.scratch.path("mnt", "confirm"), self.options) as mnt:
                     local = os.path.join(mnt.target, "existing")
                     os.mkdir(local)
-                    for _ in range(self.repetitions):
+                    for _unused in range(self.repetitions):
                         if now() > self.deadline:
                             entry["reason"] = "time budget reached after %d repetitions" % entry["repetitions"]
                             break
@@ -1822,7 +1822,7 @@ def main(argv):
             progress("stopped by %s; scratch cleaned up" % exc)
             return 3
         write_json_atomic(argv[2], result)
-        progress("%s in %.1f s" % (result["status"], result["duration_s"]))
+        progress("%s in %.1f s" % (result["status"], float(result["duration_s"])))  # set by run_job
         return EXIT_CODES[result["status"]]
     if len(argv) == 2 and argv[0] == "sweep-stale":
         try:
