@@ -130,8 +130,8 @@ def decode_answer(data):
         if len(item) > ANSWER_MAX_ITEMS:
             return value, "a %s of %d items (at most %d)" % ("mapping" if isinstance(item, dict) else "list",
                                                              len(item), ANSWER_MAX_ITEMS)
-        for child in (item.values() if type(item) is dict else item):
-            if type(child) is dict or type(child) is list:
+        for child in (item.values() if isinstance(item, dict) else item):
+            if isinstance(child, (dict, list)):
                 stack.append((child, depth + 1))
     return value, None
 
