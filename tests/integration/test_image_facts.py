@@ -250,6 +250,124 @@ def test_qcow2_copy_gives_the_same_facts_and_leaves_no_raw_copy(mbr_image, tmp_p
     assert os.listdir(scratch) == []  # the temporary raw copy is gone
 
 
+# qemu-img's output format and options for each format the check reads, and what the check says it is.
+FORMATS = [
+    ("vpc", "subformat=fixed", "vhd", "fixed", True),
+    ("vpc", "subformat=dynamic", "vhd", "dynamic", False),
+    ("vmdk", "subformat=monolithicSparse", "vmdk", "monolithicSparse", False),
+    ("vmdk", "subformat=streamOptimized", "vmdk", "streamOptimized", False),
+    ("vhdx", "subformat=dynamic", "vhdx", None, False),
+]
+
+
+def convert(raw, path, driver, options):
+    run(["qemu-img", "convert", "-f", "raw", "-O", driver, "-o", options, raw, path])
+    return path
+
+
+@pytest.mark.parametrize("driver, options, fmt, subformat, in_place", FORMATS)
+def test_every_format_gives_the_raw_images_facts_and_leaves_nothing(mbr_image, tmp_path, driver, options, fmt,
+                                                                    subformat, in_place):
+    """Told apart by their headers (every copy is named disk.img), read with the same facts as the
+    raw image; the raw copy of those not read in place is gone afterwards."""
+    image = convert(mbr_image["path"], str(tmp_path / "disk.img"), driver, options)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    raw = image_facts(tmp_path / "a", image=mbr_image["path"])
+    facts = image_facts(tmp_path / "b", image=image, tmp_dir=str(scratch))
+    assert facts["errors"] == [], reasons(facts)
+    assert (facts["image"]["format"], facts["image"]["subformat"], facts["image"]["read_in_place"]) == (
+        fmt, subformat, in_place)
+    for key in ("kernel", "filesystems", "netfs"):
+        assert facts[key] == raw[key], key
+    assert facts["image"]["partitions"] == raw["image"]["partitions"]
+    assert [step["step"] == "raw copy of the image" for step in facts["image"]["steps"]][0] is not in_place
+    assert os.listdir(scratch) == []
+    assert_documented(facts)
+    stated = image_facts(tmp_path / "c", image=image, format=fmt, tmp_dir=str(scratch))
+    assert stated["errors"] == [] and stated["filesystems"] == raw["filesystems"]
+
+
+def patch(path, offset, data):
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        handle.write(data)
+
+
+def vhd_footer_patch(offset, data):
+    """Change the footer of a VHD at the end of the file, and make its checksum right again: a lying footer."""
+    def change(path):
+        size = os.path.getsize(path)
+        with open(path, "r+b") as handle:
+            handle.seek(size - 512)
+            footer = bytearray(handle.read(512))
+            footer[offset:offset + len(data)] = data
+            footer[64:68] = b"\0\0\0\0"
+            footer[64:68] = struct.pack(">I", ~sum(footer) & 0xFFFFFFFF)
+            handle.seek(size - 512)
+            handle.write(footer)
+    return change
+
+
+def cut(length):
+    def change(path):
+        os.truncate(path, length if length > 0 else os.path.getsize(path) + length)
+    return change
+
+
+def flip(offset):
+    def change(path):
+        with open(path, "r+b") as handle:
+            handle.seek(offset if offset >= 0 else os.path.getsize(path) + offset)
+            byte = handle.read(1)
+            handle.seek(-1, 1)
+            handle.write(bytes([byte[0] ^ 0xFF]))
+    return change
+
+
+@pytest.mark.parametrize("driver, options, change, message", [
+    ("qcow2", "compat=1.1", cut(64), "the qcow2 header ends at byte 72, past the end of the file (64 bytes)"),
+    ("qcow2", "compat=1.1", lambda p: patch(p, 40, struct.pack(">Q", 1 << 40)),
+     "the qcow2 L1 table (l1_table_offset 1099511627776"),
+    ("vpc", "subformat=fixed", vhd_footer_patch(48, struct.pack(">Q", 1 << 30)),
+     "fixed VHD footer says the disk is 1073741824 bytes, the file holds"),
+    ("vpc", "subformat=fixed", cut(-100), "VHD footer not at the file's last 512 bytes (found at byte"),
+    ("vpc", "subformat=dynamic", flip(-400), "VHD footer at the end: checksum"),
+    ("vpc", "subformat=dynamic", cut(4096), "VHD footer not at the file's last 512 bytes (absent)"),
+    ("vpc", "subformat=dynamic", vhd_footer_patch(60, struct.pack(">I", 4)), "VHD differencing disk: refused"),
+    ("vmdk", "subformat=monolithicSparse", lambda p: patch(p, 28, struct.pack("<Q", 1 << 30)),
+     "the VMDK descriptor (sector 1073741824"),
+    ("vmdk", "subformat=monolithicSparse", cut(300), "the VMDK sparse extent header ends at byte 512"),
+    ("vmdk", "subformat=streamOptimized", cut(2048), "the VMDK descriptor (sector 1,"),
+    ("vmdk", "subformat=streamOptimized", lambda p: patch(p, 12, struct.pack("<Q", 99)),
+     "VMDK extent 'RW "),
+    ("vhdx", "subformat=dynamic", flip(64 * 1024 + 100), "VHDX header 1 (byte 65536): checksum"),
+    ("vhdx", "subformat=dynamic", flip(256 * 1024 + 20), "VHDX region table 2 (byte 262144): checksum"),
+    ("vhdx", "subformat=dynamic", cut(200 * 1024), "the VHDX headers and region tables ends at byte 327680"),
+])
+def test_truncated_or_lying_headers_are_refused_and_leave_nothing(bare_image, tmp_path, driver, options, change,
+                                                                  message):
+    image = convert(bare_image["path"], str(tmp_path / "disk.img"), driver, options)
+    change(image)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    facts = image_facts(tmp_path, image=image, tmp_dir=str(scratch))
+    assert len(facts["errors"]) == 1 and facts["errors"][0]["where"] == "image", facts["errors"]
+    reason = facts["errors"][0]["reason"]
+    assert reason.startswith(image + ": ") and message in reason, reason
+    assert facts["filesystems"] == [] and facts["image"]["root"] is None and facts["image"]["format"] is None
+    assert offline_verdict(facts)[0] == "incomplete"
+    assert os.listdir(scratch) == []
+
+
+def test_vmdk_with_a_parent_is_refused(bare_image, tmp_path):
+    base = convert(bare_image["path"], str(tmp_path / "base.vmdk"), "vmdk", "subformat=monolithicSparse")
+    child = str(tmp_path / "child.vmdk")
+    run(["qemu-img", "create", "-q", "-f", "vmdk", "-F", "vmdk", "-b", base, child])
+    facts = image_facts(tmp_path, image=child)
+    assert "%s: VMDK with a parent" % child in reasons(facts) and facts["filesystems"] == []
+
+
 def test_gpt_image_by_partuuid_and_partlabel_and_grub(tmp_path):
     tree = make_tree(str(tmp_path / "root-tree"), fstab="", kernels=[K61, K612], extra={})
     os.makedirs(os.path.join(tree, "boot", "grub"))
@@ -384,10 +502,10 @@ def test_qcow2_with_a_backing_file_is_refused(bare_image, tmp_path):
     overlay = str(tmp_path / "overlay.qcow2")
     run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", bare_image["path"], overlay])
     facts = image_facts(tmp_path, image=overlay)
-    assert "qcow2 image refers to another file (%s): refused" % bare_image["path"] in reasons(facts)
+    assert "qcow2 image %s refers to another file (%s): refused" % (overlay, bare_image["path"]) in reasons(facts)
     assert facts["filesystems"] == []
     wrong = image_facts(tmp_path / "wrong", image=bare_image["path"], format="qcow2")
-    assert "was given as qcow2 but is raw" in reasons(wrong)
+    assert "was given as qcow2 but its headers say raw" in reasons(wrong)
 
 
 def test_offline_precheck_playbook(mbr_image, tmp_path):
@@ -979,7 +1097,7 @@ def test_a_qcow2_larger_than_the_work_folder_is_refused_before_writing(tmp_path,
     assert offline_verdict(facts)[0] == "incomplete"
     # the same image with room for its raw copy is read
     roomy = image_facts(tmp_path / "roomy", image=qcow2, tmp_dir=str(tmp_path))
-    assert roomy["image"]["root"] is not None and roomy["image"]["steps"][0]["step"] == "qcow2 to raw copy"
+    assert roomy["image"]["root"] is not None and roomy["image"]["steps"][0]["step"] == "raw copy of the image"
 
 
 def test_offline_precheck_stops_at_its_budget(tmp_path):
