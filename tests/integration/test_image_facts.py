@@ -368,6 +368,73 @@ def test_vmdk_with_a_parent_is_refused(bare_image, tmp_path):
     assert "%s: VMDK with a parent" % child in reasons(facts) and facts["filesystems"] == []
 
 
+AMAZON_IMAGE_ID = ('image_name="al2023-ami"\nimage_version="2023"\nimage_arch="x86_64"\n'
+                   'image_file="al2023-ami-2023.0.20230315.0-kernel-6.1-x86_64.xfs.gpt"\nimage_stamp="24b9-a9df"\n'
+                   'image_date="20230315211521"\nrecipe_name="al2023 ami"\n')
+
+
+@pytest.mark.parametrize("files, name, identity", [
+    ({"etc/image-id": AMAZON_IMAGE_ID}, "disk.raw",
+     {"name": "al2023-ami", "name_source": "/etc/image-id image_name", "version": "2023", "build_id": None,
+      "vendor_image_id": "al2023-ami-2023.0.20230315.0-kernel-6.1-x86_64.xfs.gpt", "build_date": "2023-03-15",
+      "build_date_source": "/etc/image-id image_date"}),
+    ({"etc/cloud/build.info": "build_name: server\nserial: 20240423.1\n"}, "disk.raw",
+     {"name": "server", "name_source": "/etc/cloud/build.info build_name", "version": None, "build_id": "20240423.1",
+      "vendor_image_id": None, "build_date": "2024-04-23", "build_date_source": "/etc/cloud/build.info serial"}),
+    ({"usr/lib/os-release": 'ID=debian\nVERSION_ID="12"\nIMAGE_ID=web\nIMAGE_VERSION=7\nBUILD_ID=2026-11-02\n'},
+     "disk.raw", {"name": "web", "name_source": "os-release IMAGE_ID", "version": "7", "build_id": "2026-11-02",
+                  "vendor_image_id": None, "build_date": "2026-11-02", "build_date_source": "os-release BUILD_ID"}),
+    ({}, "aliyun-2.1903-x64-20G-alibase-20190327.vhd",
+     {"name": None, "name_source": None, "version": None, "build_id": None, "vendor_image_id": None,
+      "build_date": "2019-03-27", "build_date_source": "image file name"}),
+    ({"etc/image-id": "image_date=20230315211521\n" + "#" * (64 * 1024)}, "web-20200101.raw",
+     {"name": None, "name_source": None, "version": None, "build_id": None, "vendor_image_id": None,
+      "build_date": "2020-01-01", "build_date_source": "image file name"}),
+])
+def test_the_image_identity_is_what_its_distribution_records(tmp_path, files, name, identity):
+    """Amazon Linux's /etc/image-id, Ubuntu cloud images' build.info, os-release's IMAGE_ID and
+    BUILD_ID, else the date in the file's name; an image-id over its 64 KiB cap is unread, not believed."""
+    tree = readable_root(tmp_path)
+    for path, text in files.items():
+        os.makedirs(os.path.dirname(os.path.join(tree, path)), exist_ok=True)
+        with open(os.path.join(tree, path), "w") as handle:
+            handle.write(text)
+    disk = str(tmp_path / name)
+    mkfs(disk, tree, "32M", "-U", ROOT_UUID)
+    facts = image_facts(tmp_path, image=disk)
+    assert facts["image"]["identity"] == identity
+    big = "#" * 1000 in files.get("etc/image-id", "")
+    assert [entry["path"] for entry in facts["image"]["unread"]] == (["/etc/image-id"] if big else [])
+    assert_documented(facts)
+
+
+K_ALINUX = ("4.19.24-9.al7.x86_64", "4.19.24-9.al7.x86_64 (mockbuild@ecs-build) (gcc version 6.5.1 20181026 "
+            "(Alibaba 6.5.1-1) (GCC)) #1 SMP Wed Mar 27 11:08:22 CST 2019")
+
+
+@pytest.mark.parametrize("name, raised", [
+    ("aliyun-2.1903-x64-20G-alibase-20190327.vhd", True),
+    ("aliyun-2.1903-x64-20G-alibase-20190326.vhd", False),
+])
+def test_seed_001_notice_on_an_alibaba_vhd(tmp_path, name, raised):
+    """The seed's own image name, an Alibaba Cloud Linux 2 root with the notice's first kernel and
+    dioread_nolock + nodelalloc in fstab, as a dynamic VHD: the notice applies from 20190327 on."""
+    tree = make_tree(str(tmp_path / "tree"), fstab="UUID=%s / ext4 defaults,dioread_nolock,nodelalloc 0 1\n"
+                     % ROOT_UUID, kernels=[K_ALINUX], vmlinuz_link="boot/vmlinuz-" + K_ALINUX[0])
+    with open(os.path.join(tree, "usr", "lib", "os-release"), "w") as handle:
+        handle.write('NAME="Alibaba Cloud Linux (Aliyun Linux)"\nVERSION="2.1903 LTS (Hunting Beagle)"\n'
+                     'ID="alinux"\nID_LIKE="rhel fedora centos anolis"\nVERSION_ID="2.1903"\n')
+    raw = str(tmp_path / "disk.raw")
+    mkfs(raw, tree, "32M", "-U", ROOT_UUID)
+    image = convert(raw, str(tmp_path / name), "vpc", "subformat=dynamic")
+    facts = image_facts(tmp_path, image=image)
+    assert facts["errors"] == [], reasons(facts)
+    assert facts["kernel"]["vendor"] == "alibaba" and facts["kernel"]["os_release"]["ID"] == "alinux"
+    rules = [(f["rule"], f["mountpoint"]) for f in findings_of(facts)]
+    assert (("IMAGE_ALIBABA_DIOREAD_NOLOCK_NODELALLOC", "/") in rules) is raised, rules
+    assert ("EXT4_DIOREAD_NOLOCK_NODELALLOC", "/") in rules  # the mechanism, whatever the image's date
+
+
 def test_gpt_image_by_partuuid_and_partlabel_and_grub(tmp_path):
     tree = make_tree(str(tmp_path / "root-tree"), fstab="", kernels=[K61, K612], extra={})
     os.makedirs(os.path.join(tree, "boot", "grub"))
