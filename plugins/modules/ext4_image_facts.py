@@ -1010,7 +1010,8 @@ class ImageReader:
         specific = (info.get("format-specific") or {}).get("data") or {}
         # a VMDK's extents are files of their own: the monolithic ones qemu-img names are this one
         others = [extent.get("filename") for extent in specific.get("extents") or []
-                  if not isinstance(extent, dict) or os.path.realpath(extent.get("filename") or "") != path]
+                  if not isinstance(extent, dict)
+                  or os.path.realpath(extent.get("filename") or "") != os.path.realpath(path)]
         other = info.get("backing-filename") or info.get("full-backing-filename") or specific.get("data-file") \
             or (others and others[0])
         if other:
