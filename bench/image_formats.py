@@ -55,16 +55,16 @@ def allocated(path: str) -> int:
     return total
 
 
-def make_base(disk: str, work: str) -> str:
+def make_base(disk: str, work: str, size: str, filler_gib: int) -> str:
     base = os.path.join(work, "base.raw")
     run(["cp", "--sparse=always", disk, base])
-    run(["truncate", "-s", SIZE, base])
+    run(["truncate", "-s", size, base])
     # resize2fs wants a freshly checked filesystem
     subprocess.run(["e2fsck", "-fp", base], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run(["resize2fs", base])
     filler = os.path.join(work, "filler")
     with open("/dev/urandom", "rb") as source, open(filler, "wb") as target:
-        for _ in range(GIB_FILLER * 1024):
+        for _ in range(filler_gib * 1024):
             target.write(source.read(1024 * 1024))
     run(["debugfs", "-w", "-R", "write %s /var/filler" % filler, base])
     os.unlink(filler)
@@ -98,10 +98,12 @@ def main() -> int:
     parser.add_argument("--disk", required=True, help="testhosts/vm's disk.raw (a Debian 12 root filesystem)")
     parser.add_argument("--baseline", help="another checkout whose module checks the qcow2 image too (today's path)")
     parser.add_argument("--work", default="/var/tmp", help="where the images and raw copies go")
+    parser.add_argument("--size", default=SIZE, help="the virtual disk's size (truncate -s)")
+    parser.add_argument("--filler-gib", type=int, default=GIB_FILLER, help="GiB of random data added to the filesystem")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="bench-image-formats-", dir=args.work)
     try:
-        base = make_base(args.disk, work)
+        base = make_base(args.disk, work, args.size, args.filler_gib)
         print("| format | check | check s | steps (s) | work folder peak MiB | image on disk MiB | filesystems | errors |")
         print("|---|---|---|---|---|---|---|---|")
         for label, driver, options in FORMATS:
