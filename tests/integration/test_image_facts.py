@@ -952,9 +952,13 @@ OVER_CAP = "debugfs -R ls -p /etc printed more than 4194304 bytes: over the cap"
     ("link loop", loop, ["/etc/fstab of filesystem: " + LOOP % "/etc/fstab"]),
     ("FIFO", fifo, ["/etc/fstab of filesystem: not a regular file (a FIFO)"]),
     ("block device", block_device, ["/etc/fstab of filesystem: not a regular file (a block device)"]),
+    # an /etc that cannot be read leaves the image's identity files unread too
     ("/etc to itself", etc_to_itself, ["/etc/fstab of filesystem: " + LOOP % "/etc/fstab",
-                                       "/etc/os-release: " + LOOP % "/etc/os-release"]),
-    ("/etc over the listing cap", huge_etc, ["/etc/fstab of filesystem: " + OVER_CAP, "/etc/os-release: " + OVER_CAP]),
+                                       "/etc/os-release: " + LOOP % "/etc/os-release",
+                                       "/etc/image-id: " + LOOP % "/etc/image-id",
+                                       "/etc/cloud/build.info: " + LOOP % "/etc/cloud/build.info"]),
+    ("/etc over the listing cap", huge_etc, ["/etc/fstab of filesystem: " + OVER_CAP, "/etc/os-release: " + OVER_CAP,
+                                             "/etc/image-id: " + OVER_CAP, "/etc/cloud/build.info: " + OVER_CAP]),
     ("1 MB option field", long_option_field, ["/etc/fstab of filesystem: line 3 is 1000053 bytes, over the 4096 "
                                               "bytes mount(2) takes for an entry's options: not read"]),
     ("1 GiB os-release", huge_os_release, ["/etc/os-release: 1073741824 bytes, over the 65536-byte cap for this "
@@ -985,7 +989,7 @@ def test_a_file_the_check_cannot_read_never_passes(tmp_path, name, change, unrea
         assert "IMAGE_FSTAB_UNRESOLVED" not in passed
         assert ["IMAGE_FSTAB_UNRESOLVED"] == [u["rule"] for u in report["undetermined"]
                                               if u["missing"] == ["host.fstab_unresolved_count"]]
-    if "os-release" in unread[-1]:  # whose kernel it is cannot be told: the kernel rules by version are undetermined
+    if any("os-release" in entry for entry in unread):  # whose kernel it is cannot be told: the kernel rules by version are undetermined
         assert facts["kernel"]["vendor"] is None and facts["kernel"]["backports"] is True
         assert [u for u in report["undetermined"] if u["rule"].startswith("KERNEL_")], report["undetermined"]
     assert_documented(facts)
