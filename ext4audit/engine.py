@@ -87,10 +87,12 @@ def filesystem_context(fs: dict, facts: dict, option_maps: Optional[dict] = None
         "database_volume": _under_any(fs.get("mountpoint"), _DATABASE_DIRS),
         "disk_image": facts.get("image") is not None,
         "boot_filesystem": None, "grub_version": None, "grub_unreadable_features": None,
-        "e2fsprogs_version": None, "fsck_unsupported_features": None,
+        "e2fsprogs_version": None, "fsck_unsupported_features": None, "image_build_date": None,
     }
     image = facts.get("image")
     if image is not None:  # a disk image: can its own GRUB and e2fsck read this filesystem?
+        # vendor notices name ranges of images by build date (ISO, so gte/lt compare it as a date)
+        derived["image_build_date"] = (image.get("identity") or {}).get("build_date")
         derived["boot_filesystem"] = fs.get("mountpoint") == boot_tools.boot_mountpoint(facts.get("filesystems") or [])
         if sb:
             packages = image.get("packages")
@@ -502,6 +504,8 @@ _FIELDS = {
     "inode_use_high_pct": lambda f: _percent(f.limit.get("inode_use_high")),
     "missing_features": lambda f: " ".join(f.derived.get("missing_ext4_features") or []),
     "grub_version": lambda f: f.derived.get("grub_version"),
+    "image_build_date": lambda f: f.derived.get("image_build_date"),
+    "image_build_date_source": lambda f: (f.image.get("identity") or {}).get("build_date_source"),
     "grub_unreadable": lambda f: " ".join(f.derived.get("grub_unreadable_features") or []),
     "e2fsprogs_version": lambda f: f.derived.get("e2fsprogs_version"),
     "fsck_unsupported": lambda f: " ".join(f.derived.get("fsck_unsupported_features") or []),

@@ -71,13 +71,15 @@ DERIVED = (
     "block_smaller_than_page", "fstab_drift_count", "inode_use", "growth_room_32bit",
     "missing_ext4_features", "reserved_bytes", "database_volume", "block_use", "use_source",
     "disk_image", "boot_filesystem", "grub_version", "grub_unreadable_features", "e2fsprogs_version", "fsck_unsupported_features",
+    "image_build_date",
 )
 # The host's capacity limits (policy.CAPACITY_LIMITS, ext4_audit_capacity_limits): what a rule
 # compares a use with ({fact: derived.block_use, gte: {fact: limit.block_use_medium}})
 LIMIT = ("block_use_medium", "block_use_high", "inode_use_medium", "inode_use_high")
 # What the engine reads of a disk image's record (ext4_image_facts: image): fstab_unresolved and
-# unread for host facts, packages for the derived boot-tool facts (engine.filesystem_context)
-IMAGE = ("fstab_unresolved", "unread", "packages")
+# unread for host facts, packages for the derived boot-tool facts and identity for the image's build
+# date (engine.filesystem_context)
+IMAGE = ("fstab_unresolved", "unread", "packages", "identity")
 # engine.host_context
 HOST = ("ext4_count", "netfs_count", "disk_image", "fstab_unresolved_count", "image_unread_count")
 

@@ -16,9 +16,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def main(args_json):
     sys.path.insert(0, ROOT)
-    from ext4audit.parsers import capped_command, ext4_parsers, kernel_version, own_folders
+    from ext4audit.parsers import capped_command, disk_formats, ext4_parsers, kernel_version, own_folders
 
-    for module in (capped_command, ext4_parsers, kernel_version, own_folders):
+    for module in (capped_command, disk_formats, ext4_parsers, kernel_version, own_folders):
         name = module.__name__.rsplit(".", 1)[1]
         sys.modules["ansible_collections.ext4audit.fleet.plugins.module_utils." + name] = module
     sys.argv = [os.path.join(ROOT, "library", "ext4_image_facts.py"),

@@ -12,7 +12,7 @@ DOCUMENTATION = r"""
 module: ext4_image_facts
 short_description: Read the ext4 filesystems, fstab and kernels of a disk image without mounting it
 description:
-  - Reads a raw or qcow2 disk image (a machine image before rollout) and returns the same facts as
+  - Reads a disk image (raw, qcow2, VHD, VMDK or VHDX), a machine image before rollout, and returns the same facts as
     M(ext4audit.fleet.ext4_facts) does for a running host, so the same rules apply to it.
   - Reads the MBR or GPT partition table (or a bare filesystem), C(dumpe2fs -h) of every ext2/3/4
     filesystem, the root filesystem's C(/etc/fstab) (sources matched by UUID=, LABEL=, PARTUUID=,
@@ -39,21 +39,28 @@ description:
     offset (C(file?offset=N)). In-image paths, symlink targets included, are followed inside the
     image only (at most 40 links in a path, as the kernel does) and refused unless they are plain
     characters (they go into debugfs requests).
-  - A qcow2 image is converted to a temporary raw copy with C(qemu-img) (removed afterwards); one
-    with a backing or external data file is refused, since it would read other files, and so is one
-    whose virtual size (the raw copy's size, however small the qcow2 file is) is more than
-    O(tmp_dir) has free. The folders of raw copies that killed checks left in O(tmp_dir) (this
-    user's, named C(ext4-image-*), whose process is gone) are removed at the next start.
+  - The format is told by the file's headers, never its name - raw, qcow2, VHD (fixed and dynamic),
+    VMDK (monolithic sparse and stream-optimized) or VHDX - and the headers are checked before any
+    tool reads the file - present, whole, their checksums right and every table inside the file; a
+    truncated or inconsistent header is an error naming the file and the field.
+  - A raw image and a fixed VHD (a raw disk followed by a 512-byte footer) are read in place. Any
+    other format is converted to a temporary raw copy with C(qemu-img) (sparse, removed
+    afterwards); one that would read another file (a backing or external data file, a VHD
+    differencing disk, a VMDK parent or separate extents) is refused, and so is one whose virtual
+    size (the raw copy's size, however small the image file is) is more than O(tmp_dir) has free.
+    The folders of raw copies that killed checks left in O(tmp_dir) (this user's, named
+    C(ext4-image-*), whose process is gone) are removed at the next start.
   - Never fails on a bad image; what cannot be read becomes an entry in C(errors).
 options:
   image:
-    description: The image file, raw or qcow2.
+    description: The image file, raw, qcow2, VHD, VMDK or VHDX.
     type: path
     required: true
   format:
-    description: The image format; C(auto) tells raw and qcow2 apart by the qcow2 magic number.
+    description: The image format; C(auto) tells the formats apart by their headers. Any other value
+      is checked against the headers, and a file of another format is refused.
     type: str
-    choices: [auto, raw, qcow2]
+    choices: [auto, raw, qcow2, vhd, vmdk, vhdx]
     default: auto
   boot_kernel:
     description: The kernel release to treat as the one the image boots (default, empty, is the
@@ -65,7 +72,7 @@ options:
       (C(vmlinuz), C(initrd.img)) so that the image can be booted with qemu C(-kernel/-initrd).
     type: path
   tmp_dir:
-    description: Folder for the temporary raw copy of a qcow2 image (default, the system's).
+    description: Folder for the temporary raw copy of a qcow2, dynamic VHD, VMDK or VHDX image (default, the system's).
     type: path
   timeout:
     description: Seconds each command that reads part of the image (dumpe2fs, debugfs, qemu-img info)
@@ -84,7 +91,8 @@ options:
     type: int
     default: 600
 notes:
-  - Needs e2fsprogs (and qemu-utils for qcow2) on the host that runs it, usually the controller.
+  - Needs e2fsprogs (and qemu-utils for every format but raw and fixed VHD) on the host that runs it,
+    usually the controller.
   - Partition tables are read with 512-byte sectors (and 4096 for GPT); LVM and md sources in fstab
     are not followed and are listed in C(errors).
   - Only x86 bzImage kernels are read; the page size is taken as 4096 (x86).
@@ -459,12 +467,23 @@ ext4_image_facts:
           returned: always
           type: str
         format:
-          description: raw or qcow2, or null when the file could not be read.
+          description: raw, qcow2, vhd, vmdk or vhdx (told by the file's headers), or null when the file
+            could not be read or its headers were refused.
           returned: always
           type: str
           sample: raw
+        subformat:
+          description: fixed or dynamic for a VHD, monolithicSparse or streamOptimized for a VMDK, else null.
+          returned: always
+          type: str
+          sample: streamOptimized
+        read_in_place:
+          description: Whether the image was read where it is (raw, fixed VHD) rather than from a
+            temporary raw copy; null when it was not read.
+          returned: always
+          type: bool
         size:
-          description: The raw image's size in bytes, or null.
+          description: The virtual disk's size in bytes (of its raw copy, or of a fixed VHD's data), or null.
           returned: always
           type: int
         partition_table:
@@ -553,6 +572,48 @@ ext4_image_facts:
           returned: always
           type: dict
           sample: {"grub-common": "2.06-13+deb12u1", "e2fsprogs": "1.47.0-2"}
+        identity:
+          description: What the image says it is, so that vendor notices naming ranges of images can be
+            checked - from os-release's IMAGE_ID, IMAGE_VERSION and BUILD_ID, Amazon Linux's
+            C(/etc/image-id) and Ubuntu cloud images' C(/etc/cloud/build.info) (each read up to 64 KiB;
+            one that cannot be read is in RV(ext4_image_facts.image.unread)); null when there is no root filesystem.
+          returned: always
+          type: dict
+          contains:
+            name:
+              description: The image's name (os-release IMAGE_ID, image-id image_name, build.info build_name), or null.
+              returned: always
+              type: str
+              sample: al2023-ami
+            name_source:
+              description: The field the name came from, or null.
+              returned: always
+              type: str
+            version:
+              description: os-release IMAGE_VERSION or image-id image_version, or null.
+              returned: always
+              type: str
+            build_id:
+              description: os-release BUILD_ID or build.info serial, or null.
+              returned: always
+              type: str
+            vendor_image_id:
+              description: The vendor's id of the image it was built from (image-id image_file, image_id or
+                image_name), or null.
+              returned: always
+              type: str
+              sample: al2023-ami-2023.0.20230315.0-kernel-6.1-x86_64.xfs.gpt
+            build_date:
+              description: The build date (YYYY-MM-DD), the first date in image_date, serial, BUILD_ID,
+                IMAGE_VERSION, the names above, then the image file's own name (Alibaba names its images
+                C(..._alibase_YYYYMMDD.vhd)); null when none holds a date.
+              returned: always
+              type: str
+              sample: "2019-03-27"
+            build_date_source:
+              description: The field the build date came from (C(image file name) when only the file's name has one), or null.
+              returned: always
+              type: str
         kernels:
           description: Every kernel (C(/boot/vmlinuz-*)) whose bzImage header could be read.
           returned: always
@@ -640,7 +701,7 @@ ext4_image_facts:
           elements: dict
           contains:
             step:
-              description: The step (qcow2 to raw copy, partition table and superblocks, root filesystem and
+              description: The step (raw copy of the image, partition table and superblocks, root filesystem and
                 fstab, os-release and kernels, e2fsck -fn of the filesystems, boot files).
               type: str
             seconds:
@@ -683,14 +744,15 @@ from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers impor
     fstab_mount_tokens, fstab_not_audited, fstab_spec_target, has_ext_magic, infer_options, option_map,
     parse_bzimage_version, parse_debugfs_fast_link, parse_debugfs_ls,
     parse_dpkg_status, parse_dumpe2fs, parse_dumpe2fs_identity, parse_fstab, parse_grub_first_kernel, parse_os_release,
-    parse_partition_table, plain_image_path, release_sort_key,
+    parse_build_info, image_identity, parse_partition_table, plain_image_path, release_sort_key,
 )
 from ansible_collections.ext4audit.fleet.plugins.module_utils.capped_command import CommandTimeout, run_capped
+from ansible_collections.ext4audit.fleet.plugins.module_utils.disk_formats import FORMATS, QEMU_DRIVERS, FormatError
+from ansible_collections.ext4audit.fleet.plugins.module_utils.disk_formats import identify as identify_format
 from ansible_collections.ext4audit.fleet.plugins.module_utils.kernel_version import identify, options_kernel
 from ansible_collections.ext4audit.fleet.plugins.module_utils.own_folders import claim, sweep
 
-QCOW2_MAGIC = b"QFI\xfb"
-WORK_PREFIX = "ext4-image-"  # the folder of a qcow2 image's raw copy, in tmp_dir
+WORK_PREFIX = "ext4-image-"  # the folder of an image's raw copy, in tmp_dir
 # E2FSCK_CONFIG: the controller's /etc/e2fsck.conf (logging, fix-up policies) has no say in the check
 ENV = {"LC_ALL": "C", "LANG": "C", "E2FSCK_CONFIG": "/dev/null"}
 BANNER = re.compile(r"^(debugfs|dumpe2fs|e2fsck) \d+\.\d+")
@@ -717,13 +779,13 @@ STDERR_KEPT = 64 * KIB
 FSCK_KEPT = 64 * KIB  # of e2fsck's output, the rest read and thrown away
 BZIMAGE_HEAD = 64 * KIB  # the setup header and the version string it points at sit in the first sectors
 # The steps of the check, in order (image.steps times each; an incomplete check names those not done).
-STEP_QCOW2 = "qcow2 to raw copy"
+STEP_COPY = "raw copy of the image"
 STEP_TABLE = "partition table and superblocks"
 STEP_ROOT = "root filesystem and fstab"
 STEP_SYSTEM = "os-release and kernels"
 STEP_FSCK = "e2fsck -fn of the filesystems"
 STEP_BOOT_FILES = "boot files"
-STEPS = (STEP_QCOW2, STEP_TABLE, STEP_ROOT, STEP_SYSTEM, STEP_FSCK, STEP_BOOT_FILES)
+STEPS = (STEP_COPY, STEP_TABLE, STEP_ROOT, STEP_SYSTEM, STEP_FSCK, STEP_BOOT_FILES)
 
 
 class ImageError(Exception):
@@ -762,6 +824,7 @@ class ImageReader:
         self.steps = []
         self.current = None
         self.raw = None
+        self.raw_size = None
         self.listings = {}
         self.fscks = {}
         self.tools = {}
@@ -828,22 +891,27 @@ class ImageReader:
     def collect(self):
         facts = {"schema": FACTS_SCHEMA, "kernel": None, "filesystems": [], "netfs": [], "not_audited": [],
                  "errors": self.errors,
-                 "image": {"path": self.params["image"], "format": None, "size": None, "partition_table": None,
+                 "image": {"path": self.params["image"], "format": None, "subformat": None,
+                           "read_in_place": None, "size": None, "partition_table": None,
                            "disk_id": None, "partitions": [], "root": None, "os_release": None, "kernels": [],
                            "boot_kernel": None, "boot_files": None, "fstab_unresolved": None, "packages": None,
+                           "identity": None,
                            "unread": self.unread}}
         facts["image"].update(budget_s=self.params["budget"], steps=self.steps, incomplete=None)
         workdir = None
         try:
             path = os.path.abspath(self.params["image"])
-            facts["image"]["format"] = self.check_image(path)
-            if facts["image"]["format"] == "qcow2":
+            found = self.check_image(path)
+            facts["image"].update(format=found["format"], subformat=found["subformat"],
+                                  read_in_place=found["data_size"] is not None)
+            if found["data_size"] is None:
                 workdir = tempfile.mkdtemp(prefix=WORK_PREFIX, dir=self.params["tmp_dir"])
                 claim(workdir)  # a check killed before it removes the folder: the next one does
-                with self.step(STEP_QCOW2):
-                    self.raw = self.qcow2_to_raw(path, workdir)
-            else:
-                self.raw = path
+                with self.step(STEP_COPY):
+                    self.raw = self.to_raw(path, found["format"], workdir)
+                self.raw_size = os.path.getsize(self.raw)
+            else:  # the virtual disk is the file's first data_size bytes
+                self.raw, self.raw_size = path, found["data_size"]
             if "?" in self.raw:
                 raise ImageError("path %r holds '?', which e2fsprogs reads as the start of I/O options" % self.raw)
             self.read_image(facts)
@@ -875,28 +943,33 @@ class ImageReader:
         return dict((k, os_release[k]) for k in ("ID", "ID_LIKE", "VERSION_ID", "PRETTY_NAME") if k in os_release)
 
     def check_image(self, path):
-        """The format, after refusing what is not a readable regular image file."""
+        """The format (disk_formats.identify), after refusing what is not a readable regular image
+        file or whose headers are cut short or inconsistent."""
         try:
             st = os.stat(path)
             if not stat.S_ISREG(st.st_mode):
                 raise ImageError("%s is not a regular file" % path)
+            if st.st_size == 0:
+                raise ImageError("%s is empty" % path)
             with open(path, "rb") as handle:
-                magic = handle.read(4)
+                def read(offset, length):
+                    handle.seek(offset)
+                    return handle.read(length)
+                found = identify_format(read, st.st_size, path)
         except (IOError, OSError) as exc:
             raise ImageError("cannot read %s: %s" % (path, exc.strerror or exc))
-        if st.st_size == 0:
-            raise ImageError("%s is empty" % path)
-        found = "qcow2" if magic == QCOW2_MAGIC else "raw"
+        except FormatError as exc:
+            raise ImageError(str(exc))
         wanted = self.params["format"]
-        if wanted != "auto" and wanted != found:
-            raise ImageError("%s was given as %s but is %s (qcow2 magic %s)" % (path, wanted, found,
-                             "present" if found == "qcow2" else "absent"))
+        if wanted != "auto" and wanted != found["format"]:
+            raise ImageError("%s was given as %s but its headers say %s" % (path, wanted, found["format"]))
         return found
 
-    def qcow2_to_raw(self, path, workdir):
-        """A sparse raw copy of a qcow2 image, after checking it reads no other file."""
+    def to_raw(self, path, fmt, workdir):
+        """A sparse raw copy of an image in a format qemu-img reads, after checking it reads no other file."""
         qemu_img = self.tool("qemu-img")
-        rc, out, err, over = self.run([qemu_img, "info", "-f", "qcow2", "--output=json", path], TEXT_CAP,
+        driver = QEMU_DRIVERS[fmt]
+        rc, out, err, over = self.run([qemu_img, "info", "-f", driver, "--output=json", path], TEXT_CAP,
                                       self.params["timeout"])
         if over or rc != 0:
             raise ImageError("qemu-img info failed (%s): %s" % ("over %d bytes of output" % TEXT_CAP if over
@@ -907,12 +980,17 @@ class ImageReader:
             raise ImageError("qemu-img info printed no JSON: %r" % out[:200])
         if not isinstance(info, dict):
             raise ImageError("qemu-img info printed JSON that is not an object: %r" % out[:200])
-        data_file = ((info.get("format-specific") or {}).get("data") or {}).get("data-file")
-        if info.get("backing-filename") or info.get("full-backing-filename") or data_file:
-            raise ImageError("qcow2 image refers to another file (%s): refused, it would be read too; "
-                             "convert it to a standalone image first (qemu-img convert)"
-                             % (info.get("backing-filename") or data_file))
-        # The raw copy is as large as the virtual disk: a compressed qcow2 (actual-size) can be far smaller.
+        specific = (info.get("format-specific") or {}).get("data") or {}
+        # a VMDK's extents are files of their own: the monolithic ones qemu-img names are this one
+        others = [extent.get("filename") for extent in specific.get("extents") or []
+                  if not isinstance(extent, dict)
+                  or os.path.realpath(extent.get("filename") or "") != os.path.realpath(path)]
+        other = info.get("backing-filename") or info.get("full-backing-filename") or specific.get("data-file") \
+            or (others and others[0])
+        if other:
+            raise ImageError("%s image %s refers to another file (%s): refused, it would be read too; "
+                             "convert it to a standalone image first (qemu-img convert)" % (fmt, path, other))
+        # The raw copy is as large as the virtual disk: a compressed image (actual-size) can be far smaller.
         needed = info.get("virtual-size")
         if not isinstance(needed, int) or isinstance(needed, bool) or needed <= 0:
             raise ImageError("qemu-img info gave no virtual size (%r): the raw copy's size is unknown" % (needed,))
@@ -921,7 +999,7 @@ class ImageReader:
             raise ImageError("%s has %d MiB free, the raw copy of this image needs up to its virtual size, %d MiB: "
                              "refused before writing" % (workdir, vfs.f_bavail * vfs.f_frsize // MIB, needed // MIB))
         raw = os.path.join(workdir, "image.raw")
-        rc, out, err, _unused = self.run([qemu_img, "convert", "-f", "qcow2", "-O", "raw", path, raw], TEXT_CAP,
+        rc, out, err, _unused = self.run([qemu_img, "convert", "-f", driver, "-O", "raw", path, raw], TEXT_CAP,
                                          self.params["scan_timeout"], drain=True)
         if rc != 0:
             raise ImageError("qemu-img convert failed (rc=%d): %s" % (rc, err.strip()[:300]))
@@ -934,7 +1012,7 @@ class ImageReader:
 
     def read_image(self, facts):
         image = facts["image"]
-        image["size"] = os.path.getsize(self.raw)
+        image["size"] = self.raw_size
         with self.step(STEP_TABLE):
             try:
                 table = parse_partition_table(self.read, image["size"])
@@ -957,6 +1035,7 @@ class ImageReader:
                 image["os_release"] = self.os_release()
             except Unread:
                 self.os_release_unread = True
+            image["identity"] = self.identity(image["os_release"])
             try:
                 image["packages"] = self.packages()
             except Unread:
@@ -1274,6 +1353,17 @@ class ImageReader:
                 return parse_os_release(data.decode("utf-8", "replace"))
         return None
 
+    def identity(self, os_release):
+        """image_identity of the image's records; one that cannot be read is left out (recorded in image.unread)."""
+        records = []
+        for path, parse in (("/etc/image-id", parse_os_release), ("/etc/cloud/build.info", parse_build_info)):
+            try:
+                data = self.read_path(path, "identity", OS_RELEASE_CAP)
+            except Unread:
+                data = None
+            records.append(parse(data.decode("utf-8", "replace")) if data is not None else None)
+        return image_identity(os_release, records[0], records[1], os.path.basename(self.params["image"]))
+
     def packages(self):
         """The installed versions of BOOT_PACKAGES from the image's dpkg database, or None when it has
         none (an rpm-based image: its database is not read). Raises Unread (recorded)."""
@@ -1428,7 +1518,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             image=dict(type="path", required=True),
-            format=dict(type="str", default="auto", choices=["auto", "raw", "qcow2"]),
+            format=dict(type="str", default="auto", choices=["auto"] + list(FORMATS)),
             boot_kernel=dict(type="str", default=""),
             boot_files_dir=dict(type="path"),
             tmp_dir=dict(type="path"),

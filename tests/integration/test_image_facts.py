@@ -250,6 +250,191 @@ def test_qcow2_copy_gives_the_same_facts_and_leaves_no_raw_copy(mbr_image, tmp_p
     assert os.listdir(scratch) == []  # the temporary raw copy is gone
 
 
+# qemu-img's output format and options for each format the check reads, and what the check says it is.
+FORMATS = [
+    ("vpc", "subformat=fixed", "vhd", "fixed", True),
+    ("vpc", "subformat=dynamic", "vhd", "dynamic", False),
+    ("vmdk", "subformat=monolithicSparse", "vmdk", "monolithicSparse", False),
+    ("vmdk", "subformat=streamOptimized", "vmdk", "streamOptimized", False),
+    ("vhdx", "subformat=dynamic", "vhdx", None, False),
+]
+
+
+def convert(raw, path, driver, options):
+    run(["qemu-img", "convert", "-f", "raw", "-O", driver, "-o", options, raw, path])
+    return path
+
+
+@pytest.mark.parametrize("driver, options, fmt, subformat, in_place", FORMATS)
+def test_every_format_gives_the_raw_images_facts_and_leaves_nothing(mbr_image, tmp_path, driver, options, fmt,
+                                                                    subformat, in_place):
+    """Told apart by their headers (every copy is named disk.img), read with the same facts as the
+    raw image; the raw copy of those not read in place is gone afterwards."""
+    image = convert(mbr_image["path"], str(tmp_path / "disk.img"), driver, options)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    raw = image_facts(tmp_path / "a", image=mbr_image["path"])
+    facts = image_facts(tmp_path / "b", image=image, tmp_dir=str(scratch))
+    assert facts["errors"] == [], reasons(facts)
+    assert (facts["image"]["format"], facts["image"]["subformat"], facts["image"]["read_in_place"]) == (
+        fmt, subformat, in_place)
+    for key in ("kernel", "filesystems", "netfs"):
+        assert facts[key] == raw[key], key
+    assert facts["image"]["partitions"] == raw["image"]["partitions"]
+    assert [step["step"] == "raw copy of the image" for step in facts["image"]["steps"]][0] is not in_place
+    assert os.listdir(scratch) == []
+    assert_documented(facts)
+    stated = image_facts(tmp_path / "c", image=image, format=fmt, tmp_dir=str(scratch))
+    assert stated["errors"] == [] and stated["filesystems"] == raw["filesystems"]
+
+
+def patch(path, offset, data):
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        handle.write(data)
+
+
+def vhd_footer_patch(offset, data):
+    """Change the footer of a VHD at the end of the file, and make its checksum right again: a lying footer."""
+    def change(path):
+        size = os.path.getsize(path)
+        with open(path, "r+b") as handle:
+            handle.seek(size - 512)
+            footer = bytearray(handle.read(512))
+            footer[offset:offset + len(data)] = data
+            footer[64:68] = b"\0\0\0\0"
+            footer[64:68] = struct.pack(">I", ~sum(footer) & 0xFFFFFFFF)
+            handle.seek(size - 512)
+            handle.write(footer)
+    return change
+
+
+def cut(length):
+    def change(path):
+        os.truncate(path, length if length > 0 else os.path.getsize(path) + length)
+    return change
+
+
+def flip(offset):
+    def change(path):
+        with open(path, "r+b") as handle:
+            handle.seek(offset if offset >= 0 else os.path.getsize(path) + offset)
+            byte = handle.read(1)
+            handle.seek(-1, 1)
+            handle.write(bytes([byte[0] ^ 0xFF]))
+    return change
+
+
+@pytest.mark.parametrize("driver, options, change, message", [
+    ("qcow2", "compat=1.1", cut(64), "the qcow2 header ends at byte 72, past the end of the file (64 bytes)"),
+    ("qcow2", "compat=1.1", lambda p: patch(p, 40, struct.pack(">Q", 1 << 40)),
+     "the qcow2 L1 table (l1_table_offset 1099511627776"),
+    ("vpc", "subformat=fixed", vhd_footer_patch(48, struct.pack(">Q", 1 << 30)),
+     "fixed VHD footer says the disk is 1073741824 bytes, the file holds"),
+    ("vpc", "subformat=fixed", cut(-100), "VHD footer not at the file's last 512 bytes (found at byte"),
+    ("vpc", "subformat=dynamic", flip(-400), "VHD footer at the end: checksum"),
+    ("vpc", "subformat=dynamic", cut(4096), "VHD footer not at the file's last 512 bytes (absent)"),
+    ("vpc", "subformat=dynamic", vhd_footer_patch(60, struct.pack(">I", 4)), "VHD differencing disk: refused"),
+    ("vmdk", "subformat=monolithicSparse", lambda p: patch(p, 28, struct.pack("<Q", 1 << 30)),
+     "the VMDK descriptor (sector 1073741824"),
+    ("vmdk", "subformat=monolithicSparse", cut(300), "the VMDK sparse extent header ends at byte 512"),
+    ("vmdk", "subformat=streamOptimized", cut(2048), "the VMDK descriptor (sector 1,"),
+    ("vmdk", "subformat=streamOptimized", lambda p: patch(p, 12, struct.pack("<Q", 99)),
+     "VMDK extent 'RW "),
+    ("vhdx", "subformat=dynamic", flip(64 * 1024 + 100), "VHDX header 1 (byte 65536): checksum"),
+    ("vhdx", "subformat=dynamic", flip(256 * 1024 + 20), "VHDX region table 2 (byte 262144): checksum"),
+    ("vhdx", "subformat=dynamic", cut(200 * 1024), "the VHDX headers and region tables ends at byte 327680"),
+])
+def test_truncated_or_lying_headers_are_refused_and_leave_nothing(bare_image, tmp_path, driver, options, change,
+                                                                  message):
+    image = convert(bare_image["path"], str(tmp_path / "disk.img"), driver, options)
+    change(image)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    facts = image_facts(tmp_path, image=image, tmp_dir=str(scratch))
+    assert len(facts["errors"]) == 1 and facts["errors"][0]["where"] == "image", facts["errors"]
+    reason = facts["errors"][0]["reason"]
+    assert reason.startswith(image + ": ") and message in reason, reason
+    assert facts["filesystems"] == [] and facts["image"]["root"] is None and facts["image"]["format"] is None
+    assert offline_verdict(facts)[0] == "incomplete"
+    assert os.listdir(scratch) == []
+
+
+def test_vmdk_with_a_parent_is_refused(bare_image, tmp_path):
+    base = convert(bare_image["path"], str(tmp_path / "base.vmdk"), "vmdk", "subformat=monolithicSparse")
+    child = str(tmp_path / "child.vmdk")
+    run(["qemu-img", "create", "-q", "-f", "vmdk", "-F", "vmdk", "-b", base, child])
+    facts = image_facts(tmp_path, image=child)
+    assert "%s: VMDK with a parent" % child in reasons(facts) and facts["filesystems"] == []
+
+
+AMAZON_IMAGE_ID = ('image_name="al2023-ami"\nimage_version="2023"\nimage_arch="x86_64"\n'
+                   'image_file="al2023-ami-2023.0.20230315.0-kernel-6.1-x86_64.xfs.gpt"\nimage_stamp="24b9-a9df"\n'
+                   'image_date="20230315211521"\nrecipe_name="al2023 ami"\n')
+
+
+@pytest.mark.parametrize("files, name, identity", [
+    ({"etc/image-id": AMAZON_IMAGE_ID}, "disk.raw",
+     {"name": "al2023-ami", "name_source": "/etc/image-id image_name", "version": "2023", "build_id": None,
+      "vendor_image_id": "al2023-ami-2023.0.20230315.0-kernel-6.1-x86_64.xfs.gpt", "build_date": "2023-03-15",
+      "build_date_source": "/etc/image-id image_date"}),
+    ({"etc/cloud/build.info": "build_name: server\nserial: 20240423.1\n"}, "disk.raw",
+     {"name": "server", "name_source": "/etc/cloud/build.info build_name", "version": None, "build_id": "20240423.1",
+      "vendor_image_id": None, "build_date": "2024-04-23", "build_date_source": "/etc/cloud/build.info serial"}),
+    ({"usr/lib/os-release": 'ID=debian\nVERSION_ID="12"\nIMAGE_ID=web\nIMAGE_VERSION=7\nBUILD_ID=2026-11-02\n'},
+     "disk.raw", {"name": "web", "name_source": "os-release IMAGE_ID", "version": "7", "build_id": "2026-11-02",
+                  "vendor_image_id": None, "build_date": "2026-11-02", "build_date_source": "os-release BUILD_ID"}),
+    ({}, "aliyun-2.1903-x64-20G-alibase-20190327.vhd",
+     {"name": None, "name_source": None, "version": None, "build_id": None, "vendor_image_id": None,
+      "build_date": "2019-03-27", "build_date_source": "image file name"}),
+    ({"etc/image-id": "image_date=20230315211521\n" + "#" * (64 * 1024)}, "web-20200101.raw",
+     {"name": None, "name_source": None, "version": None, "build_id": None, "vendor_image_id": None,
+      "build_date": "2020-01-01", "build_date_source": "image file name"}),
+])
+def test_the_image_identity_is_what_its_distribution_records(tmp_path, files, name, identity):
+    """Amazon Linux's /etc/image-id, Ubuntu cloud images' build.info, os-release's IMAGE_ID and
+    BUILD_ID, else the date in the file's name; an image-id over its 64 KiB cap is unread, not believed."""
+    tree = readable_root(tmp_path)
+    for path, text in files.items():
+        os.makedirs(os.path.dirname(os.path.join(tree, path)), exist_ok=True)
+        with open(os.path.join(tree, path), "w") as handle:
+            handle.write(text)
+    disk = str(tmp_path / name)
+    mkfs(disk, tree, "32M", "-U", ROOT_UUID)
+    facts = image_facts(tmp_path, image=disk)
+    assert facts["image"]["identity"] == identity
+    big = "#" * 1000 in files.get("etc/image-id", "")
+    assert [entry["path"] for entry in facts["image"]["unread"]] == (["/etc/image-id"] if big else [])
+    assert_documented(facts)
+
+
+K_ALINUX = ("4.19.24-9.al7.x86_64", "4.19.24-9.al7.x86_64 (mockbuild@ecs-build) (gcc version 6.5.1 20181026 "
+            "(Alibaba 6.5.1-1) (GCC)) #1 SMP Wed Mar 27 11:08:22 CST 2019")
+
+
+@pytest.mark.parametrize("name, raised", [
+    ("aliyun-2.1903-x64-20G-alibase-20190327.vhd", True),
+    ("aliyun-2.1903-x64-20G-alibase-20190326.vhd", False),
+])
+def test_seed_001_notice_on_an_alibaba_vhd(tmp_path, name, raised):
+    """The seed's own image name, an Alibaba Cloud Linux 2 root with the notice's first kernel and
+    dioread_nolock + nodelalloc in fstab, as a dynamic VHD: the notice applies from 20190327 on."""
+    tree = make_tree(str(tmp_path / "tree"), fstab="UUID=%s / ext4 defaults,dioread_nolock,nodelalloc 0 1\n"
+                     % ROOT_UUID, kernels=[K_ALINUX], vmlinuz_link="boot/vmlinuz-" + K_ALINUX[0])
+    with open(os.path.join(tree, "usr", "lib", "os-release"), "w") as handle:
+        handle.write('NAME="Alibaba Cloud Linux (Aliyun Linux)"\nVERSION="2.1903 LTS (Hunting Beagle)"\n'
+                     'ID="alinux"\nID_LIKE="rhel fedora centos anolis"\nVERSION_ID="2.1903"\n')
+    raw = str(tmp_path / "disk.raw")
+    mkfs(raw, tree, "32M", "-U", ROOT_UUID)
+    image = convert(raw, str(tmp_path / name), "vpc", "subformat=dynamic")
+    facts = image_facts(tmp_path, image=image)
+    assert facts["errors"] == [], reasons(facts)
+    assert facts["kernel"]["vendor"] == "alibaba" and facts["kernel"]["os_release"]["ID"] == "alinux"
+    rules = [(f["rule"], f["mountpoint"]) for f in findings_of(facts)]
+    assert (("IMAGE_ALIBABA_DIOREAD_NOLOCK_NODELALLOC", "/") in rules) is raised, rules
+    assert ("EXT4_DIOREAD_NOLOCK_NODELALLOC", "/") in rules  # the mechanism, whatever the image's date
+
+
 def test_gpt_image_by_partuuid_and_partlabel_and_grub(tmp_path):
     tree = make_tree(str(tmp_path / "root-tree"), fstab="", kernels=[K61, K612], extra={})
     os.makedirs(os.path.join(tree, "boot", "grub"))
@@ -384,10 +569,10 @@ def test_qcow2_with_a_backing_file_is_refused(bare_image, tmp_path):
     overlay = str(tmp_path / "overlay.qcow2")
     run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", bare_image["path"], overlay])
     facts = image_facts(tmp_path, image=overlay)
-    assert "qcow2 image refers to another file (%s): refused" % bare_image["path"] in reasons(facts)
+    assert "qcow2 image %s refers to another file (%s): refused" % (overlay, bare_image["path"]) in reasons(facts)
     assert facts["filesystems"] == []
     wrong = image_facts(tmp_path / "wrong", image=bare_image["path"], format="qcow2")
-    assert "was given as qcow2 but is raw" in reasons(wrong)
+    assert "was given as qcow2 but its headers say raw" in reasons(wrong)
 
 
 def test_offline_precheck_playbook(mbr_image, tmp_path):
@@ -767,9 +952,13 @@ OVER_CAP = "debugfs -R ls -p /etc printed more than 4194304 bytes: over the cap"
     ("link loop", loop, ["/etc/fstab of filesystem: " + LOOP % "/etc/fstab"]),
     ("FIFO", fifo, ["/etc/fstab of filesystem: not a regular file (a FIFO)"]),
     ("block device", block_device, ["/etc/fstab of filesystem: not a regular file (a block device)"]),
+    # an /etc that cannot be read leaves the image's identity files unread too
     ("/etc to itself", etc_to_itself, ["/etc/fstab of filesystem: " + LOOP % "/etc/fstab",
-                                       "/etc/os-release: " + LOOP % "/etc/os-release"]),
-    ("/etc over the listing cap", huge_etc, ["/etc/fstab of filesystem: " + OVER_CAP, "/etc/os-release: " + OVER_CAP]),
+                                       "/etc/os-release: " + LOOP % "/etc/os-release",
+                                       "/etc/image-id: " + LOOP % "/etc/image-id",
+                                       "/etc/cloud/build.info: " + LOOP % "/etc/cloud/build.info"]),
+    ("/etc over the listing cap", huge_etc, ["/etc/fstab of filesystem: " + OVER_CAP, "/etc/os-release: " + OVER_CAP,
+                                             "/etc/image-id: " + OVER_CAP, "/etc/cloud/build.info: " + OVER_CAP]),
     ("1 MB option field", long_option_field, ["/etc/fstab of filesystem: line 3 is 1000053 bytes, over the 4096 "
                                               "bytes mount(2) takes for an entry's options: not read"]),
     ("1 GiB os-release", huge_os_release, ["/etc/os-release: 1073741824 bytes, over the 65536-byte cap for this "
@@ -800,7 +989,7 @@ def test_a_file_the_check_cannot_read_never_passes(tmp_path, name, change, unrea
         assert "IMAGE_FSTAB_UNRESOLVED" not in passed
         assert ["IMAGE_FSTAB_UNRESOLVED"] == [u["rule"] for u in report["undetermined"]
                                               if u["missing"] == ["host.fstab_unresolved_count"]]
-    if "os-release" in unread[-1]:  # whose kernel it is cannot be told: the kernel rules by version are undetermined
+    if any("os-release" in entry for entry in unread):  # whose kernel it is cannot be told: the kernel rules by version are undetermined
         assert facts["kernel"]["vendor"] is None and facts["kernel"]["backports"] is True
         assert [u for u in report["undetermined"] if u["rule"].startswith("KERNEL_")], report["undetermined"]
     assert_documented(facts)
@@ -979,7 +1168,7 @@ def test_a_qcow2_larger_than_the_work_folder_is_refused_before_writing(tmp_path,
     assert offline_verdict(facts)[0] == "incomplete"
     # the same image with room for its raw copy is read
     roomy = image_facts(tmp_path / "roomy", image=qcow2, tmp_dir=str(tmp_path))
-    assert roomy["image"]["root"] is not None and roomy["image"]["steps"][0]["step"] == "qcow2 to raw copy"
+    assert roomy["image"]["root"] is not None and roomy["image"]["steps"][0]["step"] == "raw copy of the image"
 
 
 def test_offline_precheck_stops_at_its_budget(tmp_path):
