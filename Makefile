@@ -236,7 +236,7 @@ module-returns: setup
 DOCS_RST := .cache/docs/rst
 DOCS_REFERENCE := .cache/docs/site/reference
 docs: setup-dev
-	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/antsibull-docs lint-collection-docs --plugin-docs .
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/antsibull-docs lint-collection-docs --plugin-docs --validate-collection-refs self .
 	$(VENV)/bin/mkdocs build
 	rm -rf $(DOCS_RST) && mkdir -p $(DOCS_RST) $(DOCS_REFERENCE)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/antsibull-docs collection --use-current --squash-hierarchy \

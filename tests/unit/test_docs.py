@@ -84,7 +84,10 @@ def test_every_role_readme_is_generated_from_its_argument_specs():
 
 
 def test_antsibull_docs_finds_no_error_in_the_collection_docs():
-    result = subprocess.run([os.path.join(VENV_BIN, "antsibull-docs"), "lint-collection-docs", "--plugin-docs", "."],
+    # --validate-collection-refs self: galaxy.yml depends on amazon.aws (the AMI playbook), which is
+    # not installed here (no Galaxy); the default would ask ansible-doc for it and fail.
+    result = subprocess.run([os.path.join(VENV_BIN, "antsibull-docs"), "lint-collection-docs", "--plugin-docs",
+                             "--validate-collection-refs", "self", "."],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
                             env=dict(os.environ, PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", ""),
                                      ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg")))
