@@ -278,7 +278,8 @@ class Details:
     folder's report-data/ (DATA): hosts-<index of the chunk's first host>.js, a script that hands
     its data to the page's (window.ext4auditHosts: file:// pages cannot fetch() files, but may
     load a script). A host: its status, findings, undetermined rules, read errors, kernel and
-    filesystems, every string an index into the chunk's string table (a fleet's hosts share
+    filesystems (what is missing for an undetermined rule, the facts and the probe's numbers are
+    in its hosts/<host>.json, which the detail links), every string an index into the chunk's string table (a fleet's hosts share
     messages, options and kernels). add() notes the chunk in the host's digest (digest["chunk"]).
     folder None: nothing is written (render(): the page alone)."""
 
@@ -287,18 +288,7 @@ class Details:
         self._start()
 
     def _start(self) -> None:
-        self.first, self.strings, self.index, self.hosts = None, [], {}, []
-
-    def _s(self, value) -> int:
-        """The index of value (as text) in the chunk's strings; -1 for None."""
-        if value is None:
-            return -1
-        text = value if type(value) is str else str(value)
-        number = self.index.get(text)
-        if number is None:
-            number = self.index[text] = len(self.strings)
-            self.strings.append(text)
-        return number
+        self.first, self.index, self.hosts = None, _Strings(), []
 
     def add(self, report: dict, digest: dict) -> None:
         if self.folder is None:
@@ -311,44 +301,60 @@ class Details:
             self.flush()
 
     def _host(self, report: dict, digest: dict) -> dict:
-        s = self._s
-        host = {"n": report["host"], "s": s(report.get("status")), "w": s(digest["row"]["worst"]),
-                "b": 1 if digest["bad"] else 0, "j": s(host_link(report["host"]))}
+        s = self.index  # s[text]: its index in the chunk's strings (a dict lookup; 200 a host)
+        host = {"n": report["host"], "s": s[report.get("status")], "b": 1 if digest["bad"] else 0,
+                "j": s[host_link(report["host"])]}
         if report.get("reason"):
-            host["r"] = s(report["reason"])
+            host["r"] = s[str(report["reason"])]
         if report.get("groups"):
-            host["g"] = [s(g) for g in report["groups"]]
-        findings = sorted(report.get("findings") or (), key=lambda f: (-severity_rank(f["severity"]), f["rule"],
-                                                                        f.get("mountpoint") or ""))
+            host["g"] = [s[str(g)] for g in report["groups"]]
+        findings = sorted(report.get("findings") or (), key=_finding_order)
         if findings:
-            host["f"] = [[s(f.get("severity")), s(f.get("rule")), s(f.get("title")), s(f.get("message")),
-                          s(f.get("mountpoint")), s(f.get("device")),
+            host["f"] = [[s[f.get("severity")], s[f.get("rule")], s[f.get("title")], s[f.get("message")],
+                          s[f.get("mountpoint")], s[f.get("device")],
                           (1 if f.get("waived") else 0) | (2 if f.get("baseline") == "new" else 0)
                           | (4 if (f.get("waiver") or {}).get("status") == "expired" else 0),
-                          s((f.get("confirmation") or {}).get("status"))] for f in findings]
+                          s[(f.get("confirmation") or {}).get("status")]] for f in findings]
         if report.get("undetermined"):
-            host["u"] = [[s(u.get("rule")), s(u.get("mountpoint")), s(u.get("device")),
-                          s(", ".join(map(str, u.get("missing") or ())))] for u in report["undetermined"]]
+            host["u"] = [[s[u.get("rule")], s[u.get("mountpoint")], s[u.get("device")]] for u in report["undetermined"]]
         if report.get("errors"):
-            host["e"] = [[s(e.get("where")), s(e.get("reason"))] for e in report["errors"]]
+            host["e"] = [[s[e.get("where")], s[e.get("reason")]] for e in report["errors"]]
         kernel = report.get("kernel")
         if isinstance(kernel, dict):
-            host["k"] = s("%s (upstream %s)" % (kernel.get("release"), kernel.get("upstream") or "unknown"))
+            host["k"] = s["%s (upstream %s)" % (kernel.get("release"), kernel.get("upstream") or "unknown")]
         if report.get("filesystems"):
-            host["m"] = [[s(fs.get("mountpoint")), s(fs.get("device")), s(fs.get("fstype")),
-                          s(", ".join(map(str, fs.get("options") or ())))] for fs in report["filesystems"]]
+            host["m"] = [[s[fs.get("mountpoint")], s[fs.get("device")], s[fs.get("fstype")],
+                          s[", ".join(map(str, fs.get("options") or ()))]] for fs in report["filesystems"]]
         if report.get("probe"):
-            host["p"] = s(report["probe"].get("status"))
+            host["p"] = s[report["probe"].get("status")]
         return host
 
     def flush(self) -> None:
         """Write the chunk made so far (a worker calls it at the end of its shard)."""
         if self.hosts and self.folder:
-            text = b"ext4auditHosts(%d, %s);\n" % (self.first, _ENCODE({"s": self.strings, "h": self.hosts}))
+            strings = list(self.index)[1:]  # in the order of their indexes (None, -1, first)
+            text = b"ext4auditHosts(%d, %s);\n" % (self.first, _ENCODE({"s": strings, "h": self.hosts}))
             # No temporary name: the folder is new (a staging folder) and moves into place whole.
             with open(os.path.join(self.folder, chunk_name(self.first)), "xb") as out:
                 out.write(text)
         self._start()
+
+
+class _Strings(dict):
+    """A details chunk's string table: strings[text] is its index, given at its first use (a
+    string's index is its place in the dict's order, less one: None, missing, is -1)."""
+
+    def __init__(self) -> None:
+        super().__init__({None: -1})
+
+    def __missing__(self, text) -> int:
+        number = self[text] = len(self) - 1
+        return number
+
+
+def _finding_order(f: dict) -> tuple:
+    """Findings in a host's detail: the worst first, then by rule and mount point."""
+    return -severity_rank(f["severity"]), f["rule"], f.get("mountpoint") or ""
 
 
 def chunk_name(first: int) -> str:

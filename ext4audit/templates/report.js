@@ -198,7 +198,6 @@
       var li = el("li");
       li.appendChild(el("code", s(u[0])));
       li.appendChild(where(u[1], u[2]));
-      li.appendChild(document.createTextNode(": missing " + s(u[3])));
       return li;
     });
     list("Could not read", host.e, function (e) { return el("li", s(e[0]) + ": " + s(e[1]), "host-data"); });
