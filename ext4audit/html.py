@@ -1,16 +1,20 @@
-"""report.html: one self-contained page per run for people (ext4audit/templates/report.html.j2).
+"""report.html: the page for people (ext4audit/templates/report.html.j2), and its details folder.
 
-The verdict first, then a fleet overview (sortable and filterable with a small script; without
-it the table reads the same), each host's findings, facts and probe, the rules found (rationale,
-remediation, references: one entry per rule, linked from each finding), the baseline diff and
-the kernel-gate comparison when the run has them. Plots are SVG inline (ext4audit/plots.py).
+The verdict first, then the fleet's findings groups (finding_groups.py), the worst hosts, the
+fleet table (its rows are JSON data the page's script sorts, filters and pages over every host:
+fleet_data), the baseline diff and the kernel-gate comparison when the run has them, and the rules
+found (rationale, remediation, references: one entry per rule). A host's detail loads on demand
+from report-data/ beside the page (Details: chunks of hosts as .js files, since a file:// page may
+load a script but not fetch() a file). Runs of up to ALL_SECTIONS hosts also get a section per
+host, with the probe's pictures (SVG inline, ext4audit/plots.py). So the page and its data stay
+small at any fleet size: about 1 KB a host.
 
-Self-contained and inert: no file, font or script is loaded from anywhere (a
-Content-Security-Policy meta allows none; the one inline script is allowed by its hash), and
-every host-provided string is escaped: by Jinja2's autoescape in the templates, by escape() (the
-same function) in the host sections and the fleet table's rows, which are written in Python for
-speed (Sections, fleet_rows). Nothing in here marks host data safe: only our own CSS, script and
-matplotlib's SVG (whose text matplotlib escapes) are.
+Inert: the Content-Security-Policy (csp) lets the one inline script run by its hash and load only
+scripts of the page's own origin (the details files); every host-provided string is escaped: by
+Jinja2's autoescape in the templates, by escape() (the same function) in the host sections, which
+are written in Python for speed (Sections); in the data block, "<", ">" and "&" are JSON escapes;
+the script sets every string as text. Nothing in here marks host data safe: only our own CSS,
+script and matplotlib's SVG (whose text matplotlib escapes) are.
 """
 
 import base64
@@ -277,7 +281,7 @@ class Details:
     """The hosts' details that the page loads on demand, in chunks of CHUNK_HOSTS hosts in the run
     folder's report-data/ (DATA): hosts-<index of the chunk's first host>.js, a script that hands
     its data to the page's (window.ext4auditHosts: file:// pages cannot fetch() files, but may
-    load a script). A host: its status, findings, undetermined rules, read errors, kernel and
+    load a script). A host: its status, policy, findings, undetermined rules, read errors, kernel and
     filesystems (what is missing for an undetermined rule, the facts and the probe's numbers are
     in its hosts/<host>.json, which the detail links), every string an index into the chunk's string table (a fleet's hosts share
     messages, options and kernels). add() notes the chunk in the host's digest (digest["chunk"]).
@@ -308,6 +312,9 @@ class Details:
             host["r"] = s[str(report["reason"])]
         if report.get("groups"):
             host["g"] = [s[str(g)] for g in report["groups"]]
+        policy = policy_mod.describe(report)
+        if policy:
+            host["y"] = [s[line] for line in policy]
         findings = sorted(report.get("findings") or (), key=_finding_order)
         if findings:
             host["f"] = [[s[f.get("severity")], s[f.get("rule")], s[f.get("title")], s[f.get("message")],

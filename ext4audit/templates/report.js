@@ -172,6 +172,7 @@
     if (host.g) { detail.appendChild(el("p", "Groups: " + host.g.map(s).join(", "), "host-data")); }
     if (host.k !== undefined) { detail.appendChild(el("p", "Kernel: " + s(host.k), "host-data")); }
     if (host.p !== undefined) { detail.appendChild(el("p", "Probe: " + s(host.p))); }
+    list("Policy", host.y, function (line) { return el("li", s(line)); });
     detail.appendChild(el("h3", "Findings (" + (host.f || []).length + ")"));
     (host.f || []).forEach(function (f) {
       var article = el("article", null, "finding sev-border-" + s(f[0]) + (f[6] & 1 ? " waived" : ""));
@@ -228,6 +229,7 @@
       var host = chunk.hosts[row[HOST]];
       if (host) {
         showDetail(index, host, chunk.strings);
+        performance.mark("host-detail-shown");  // the browser test times the page by these marks
       } else {
         detail.lastChild.textContent = "Not in its details file " + chunkFile(first) + ".";
       }
@@ -266,4 +268,5 @@
   document.getElementById("page-last").addEventListener("click", turn(function () { return Math.ceil(shown.length / PAGE); }));
   document.getElementById("fleet-controls").hidden = false;
   filter();
+  performance.mark("fleet-table-drawn");
 }());
