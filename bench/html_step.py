@@ -7,9 +7,15 @@ bench/aggregate.py's synthetic fleet (no baseline) is reported by the real comma
 turns: with `--formats tap` and with `--formats tap,html`. The html step's cost is the
 difference of the wall (and CPU) times, per host; its bytes are report.html and its data folder.
 --code runs the report command of another source tree (e.g. an export of main) on the same fleet.
+
+--direct: the report step runs once (`--formats tap`, for hosts/ and summary.json); then each tree
+of --code (several may be given) times its html writer alone in one process, by CPU time (less
+moved by other work on the machine than wall time): host() for every host and shard_end() as a
+worker does (one shard), then finish() as the parent does.
 """
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -46,6 +52,66 @@ def html_bytes(run):
     return total, extra
 
 
+DIRECT = r"""
+import glob, json, os, sys, time, types
+from ext4audit import catalog, reports, writers
+from ext4audit.html import Writer
+run, staging = sys.argv[1:3]
+summary = reports.read_json(os.path.join(run, "summary.json"), "summary")
+hosts = [reports.read_json(path, "host") for path in sorted(glob.glob(os.path.join(run, "hosts", "*.json")))]
+job = types.SimpleNamespace(fail_on="high", fail_on_new=False, catalog=catalog.load(), staging=staging, run_dir=run,
+                            hosts=len(hosts), plotted=[], probes=None, plan=None, base=None)
+writer = Writer(job)
+digests = []
+parts = writers.Parts(staging, "html", writer.separator)
+start = time.process_time()
+with open(parts.path(0), "w", encoding="utf-8") as part:
+    started = False
+    for index, report in enumerate(hosts):
+        digest = dict(reports.digest(report, "high"), index=index)
+        piece = writer.host(report, digest)
+        if piece:
+            part.write(writer.separator + piece if started else piece)
+            started = True
+        digests.append(digest)
+    piece = writer.shard_end()
+    if piece:
+        part.write(writer.separator + piece if started else piece)
+host_s = time.process_time() - start
+start = time.process_time()
+with open(os.path.join(run, "report.html"), "w", encoding="utf-8") as out:
+    writer.finish(out, summary, digests, parts)
+finish_s = time.process_time() - start
+print(json.dumps({"host_s": host_s, "finish_s": finish_s}))
+"""
+
+
+def direct(count, codes, workdir):
+    """{code: (report.html bytes, report-data/ bytes, host() CPU s, finish() CPU s)} of one fleet."""
+    base = tempfile.mkdtemp(prefix="html-%d-" % count, dir=workdir)
+    try:
+        inventory = os.path.join(base, "inventory")
+        os.makedirs(inventory)
+        specs = aggregate.fleet(count, 20261122, baseline=False)
+        waivers = os.path.join(inventory, "waivers.yml")
+        aggregate.write_waivers(waivers, specs)
+        run = os.path.join(base, "run")
+        aggregate.write_run(run, specs)
+        timed(ROOT, run, waivers, inventory, "tap")
+        results = {}
+        for code in codes:
+            staging = tempfile.mkdtemp(prefix=".html-", dir=run)
+            out = subprocess.run([sys.executable, "-c", DIRECT, run, staging], cwd=code, env=dict(os.environ, PYTHONPATH=code),
+                                 stdout=subprocess.PIPE, check=True).stdout
+            times = json.loads(out.decode().strip().splitlines()[-1])
+            results[code] = html_bytes(run) + (times["host_s"], times["finish_s"])
+            shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(os.path.join(run, "report-data"), ignore_errors=True)
+        return results
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def one_size(count, repeat, code, workdir):
     base = tempfile.mkdtemp(prefix="html-%d-" % count, dir=workdir)
     try:
@@ -79,13 +145,25 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--code", default=ROOT, help="the source tree whose report command runs")
+    parser.add_argument("--code", nargs="+", default=[ROOT], help="the source tree(s) whose report command runs")
+    parser.add_argument("--direct", action="store_true", help="time the html writer alone, by CPU time")
     parser.add_argument("--workdir", default="/var/tmp")
     args = parser.parse_args()
+    if args.direct:
+        print("| hosts | code | report.html bytes | report-data/ bytes | bytes per host | host() CPU ms/host "
+              "| finish() CPU ms/host | html CPU ms/host |")
+        print("|---|---|---|---|---|---|---|---|")
+        for count in args.sizes:
+            for code, (page, data, host_s, finish_s) in direct(count, [os.path.abspath(c) for c in args.code],
+                                                               args.workdir).items():
+                print("| {:,} | {} | {:,} | {:,} | {:,.0f} | {:.3f} | {:.3f} | {:.3f} |".format(
+                    count, code, page, data, (page + data) / count, 1000 * host_s / count, 1000 * finish_s / count,
+                    1000 * (host_s + finish_s) / count), flush=True)
+        return
     print("| hosts | report.html bytes | report-data/ bytes | bytes per host | html step wall ms/host | CPU ms/host |")
     print("|---|---|---|---|---|---|")
     for count in args.sizes:
-        r = one_size(count, args.repeat, os.path.abspath(args.code), args.workdir)
+        r = one_size(count, args.repeat, os.path.abspath(args.code[0]), args.workdir)
         print("| {:,} | {:,} | {:,} | {:,.0f} | {:.3f} | {:.3f} |".format(
             count, r["page"], r["data"], (r["page"] + r["data"]) / count, r["wall_ms_per_host"], r["cpu_ms_per_host"]),
             flush=True)
