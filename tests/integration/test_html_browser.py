@@ -198,8 +198,8 @@ def test_report_in_headless_chromium(loopfs, tmp_path, browser):
         "  e => e.textContent === arguments[0] && e.offsetHeight > 0).length", mountpoint)
     assert shown_in_detail >= 2, "the mount point should show as text in the detail's findings and filesystems"
     assert browser.execute_script("return typeof window.__pwned") == "undefined"
-    assert browser.execute_script("return Array.from(document.scripts).map(s => s.getAttribute('src'))")[2:] == [
-        "report-data/hosts-000000.js"]
+    assert browser.execute_script("return Array.from(document.scripts).map(s => s.getAttribute('src'))"
+                                  ".filter(src => src)") == ["report-data/hosts-000000.js"]
     full = detail.find_element(By.LINK_TEXT, "full report (JSON)")
     assert full.get_attribute("href") == "file://" + os.path.join(run_dir, "hosts", "localhost.json")
     # the worst hosts' table opens a detail too: the unreachable host, with its reason
@@ -241,7 +241,7 @@ def synthetic_run(folder, hosts):
     aggregate.write_run(real, specs)
     result = subprocess.run([os.path.join(VENV_BIN, "python"), "-m", "ext4audit", "report", real, "--formats", "tap"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert result.returncode in (0, 1), result.stderr.decode()[-2000:]
+    assert result.returncode in (0, 1, 2), result.stderr.decode()[-2000:]  # pass, fail, incomplete
     base = [load_json(path) for path in sorted(glob.glob(os.path.join(real, "hosts", "*.json")))]
     digests_of = [reports.digest(report, "high") for report in base]
     run_dir = os.path.join(folder, "run")
