@@ -86,17 +86,22 @@ print(json.dumps({"host_s": host_s, "finish_s": finish_s}))
 """
 
 
+def fleet_folder(count, workdir, run_name):
+    """(base folder, run folder with facts/ and probe/, waivers file, inventory) of the fleet."""
+    base = tempfile.mkdtemp(prefix="html-%d-" % count, dir=workdir)
+    inventory = os.path.join(base, "inventory")
+    os.makedirs(inventory)
+    specs = aggregate.fleet(count, 20261122, baseline=False)
+    waivers = os.path.join(inventory, "waivers.yml")
+    aggregate.write_waivers(waivers, specs)
+    aggregate.write_run(os.path.join(base, run_name), specs)
+    return base, os.path.join(base, run_name), waivers, inventory
+
+
 def direct(count, codes, workdir):
     """{code: (report.html bytes, report-data/ bytes, host() CPU s, finish() CPU s)} of one fleet."""
-    base = tempfile.mkdtemp(prefix="html-%d-" % count, dir=workdir)
+    base, run, waivers, inventory = fleet_folder(count, workdir, "run")
     try:
-        inventory = os.path.join(base, "inventory")
-        os.makedirs(inventory)
-        specs = aggregate.fleet(count, 20261122, baseline=False)
-        waivers = os.path.join(inventory, "waivers.yml")
-        aggregate.write_waivers(waivers, specs)
-        run = os.path.join(base, "run")
-        aggregate.write_run(run, specs)
         timed(ROOT, run, waivers, inventory, "tap")
         results = {}
         for code in codes:
@@ -113,14 +118,8 @@ def direct(count, codes, workdir):
 
 
 def one_size(count, repeat, code, workdir):
-    base = tempfile.mkdtemp(prefix="html-%d-" % count, dir=workdir)
+    base, _, waivers, inventory = fleet_folder(count, workdir, "template")
     try:
-        inventory = os.path.join(base, "inventory")
-        os.makedirs(inventory)
-        specs = aggregate.fleet(count, 20261122, baseline=False)
-        waivers = os.path.join(inventory, "waivers.yml")
-        aggregate.write_waivers(waivers, specs)
-        aggregate.write_run(os.path.join(base, "template"), specs)
         times = {"tap": [], "tap,html": []}
         for rep in range(repeat):
             for formats in times:
