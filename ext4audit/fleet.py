@@ -349,5 +349,8 @@ def write_fleet_files(job, summary, digests):
         with reports.atomic_file(os.path.join(job.run_dir, writer.file), durable=False) as out:
             writer.finish(out, summary, digests, _parts(job, name, writer))
     for name in set(writers_mod.FORMATS) - set(job.formats):
+        writer_class = writers_mod.writer_class(name)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(job.run_dir, writers_mod.writer_class(name).file))
+            os.unlink(os.path.join(job.run_dir, writer_class.file))
+        if getattr(writer_class, "folder", None):  # a file's data folder (report.html's report-data/)
+            shutil.rmtree(os.path.join(job.run_dir, writer_class.folder), ignore_errors=True)

@@ -1,16 +1,20 @@
-"""report.html: one self-contained page per run for people (ext4audit/templates/report.html.j2).
+"""report.html: the page for people (ext4audit/templates/report.html.j2), and its details folder.
 
-The verdict first, then a fleet overview (sortable and filterable with a small script; without
-it the table reads the same), each host's findings, facts and probe, the rules found (rationale,
-remediation, references: one entry per rule, linked from each finding), the baseline diff and
-the kernel-gate comparison when the run has them. Plots are SVG inline (ext4audit/plots.py).
+The verdict first, then the fleet's findings groups (finding_groups.py), the worst hosts, the
+fleet table (its rows are JSON data the page's script sorts, filters and pages over every host:
+fleet_data), the baseline diff and the kernel-gate comparison when the run has them, and the rules
+found (rationale, remediation, references: one entry per rule). A host's detail loads on demand
+from report-data/ beside the page (Details: chunks of hosts as .js files, since a file:// page may
+load a script but not fetch() a file). Runs of up to ALL_SECTIONS hosts also get a section per
+host, with the probe's pictures (SVG inline, ext4audit/plots.py). So the page and its data stay
+small at any fleet size: about 1 KB a host.
 
-Self-contained and inert: no file, font or script is loaded from anywhere (a
-Content-Security-Policy meta allows none; the one inline script is allowed by its hash), and
-every host-provided string is escaped: by Jinja2's autoescape in the templates, by escape() (the
-same function) in the host sections and the fleet table's rows, which are written in Python for
-speed (Sections, fleet_rows). Nothing in here marks host data safe: only our own CSS, script and
-matplotlib's SVG (whose text matplotlib escapes) are.
+Inert: the Content-Security-Policy (csp) lets the one inline script run by its hash and load only
+scripts of the page's own origin (the details files); every host-provided string is escaped: by
+Jinja2's autoescape in the templates, by escape() (the same function) in the host sections, which
+are written in Python for speed (Sections); in the data block, "<", ">" and "&" are JSON escapes;
+the script sets every string as text. Nothing in here marks host data safe: only our own CSS,
+script and matplotlib's SVG (whose text matplotlib escapes) are.
 """
 
 import base64
@@ -21,11 +25,14 @@ import io
 import itertools
 import json
 import os
+import shutil
+import tempfile
 import urllib.parse
 
+import msgspec
 from markupsafe import Markup
 
-from . import SEVERITIES, contract, policy as policy_mod, probe, probe_actions, reports, severity_rank, writers
+from . import SEVERITIES, contract, finding_groups, policy as policy_mod, probe, probe_actions, reports, severity_rank, writers
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 # A probed host's three pictures take about 0.3 s to draw and 80 KiB of page: a fleet where the
@@ -35,8 +42,14 @@ MAX_PLOTTED_HOSTS = 10
 # remediation and references; larger ones link each finding to its rule's entry (one per rule),
 # which keeps 10,000 hosts to tens of MiB.
 DETAILED_HOSTS = 20
-# Runs up to this size give every host a section; larger ones only the hosts that need attention.
+# Runs up to this size give every host a section in the page; larger ones none: a host's detail
+# loads on demand from report-data/ (Details), and the page stays small at any fleet size.
 ALL_SECTIONS = 200
+DATA = "report-data"  # the folder beside report.html with the hosts' details (Details)
+CHUNK_HOSTS = 250  # hosts a details file: ~300 KB, loaded in a blink when one host is opened
+WORST_HOSTS = 25  # rows of the page's "worst hosts" table
+GROUP_ROWS = 100  # rows of the page's findings groups table (summary.md and report.sarif have them all)
+_ENCODE = msgspec.json.Encoder().encode  # the page's data (5 times json.dumps' speed)
 
 
 @functools.lru_cache(maxsize=None)
@@ -104,11 +117,16 @@ def _link(url):
 
 
 def csp(script):
-    """The page's Content-Security-Policy: nothing loads; the one inline script runs by its hash.
-    Styles are inline (the page's and matplotlib's style attributes): CSS cannot run code, and
-    every host string is escaped, so no one else's CSS gets in."""
+    """The page's Content-Security-Policy: the one inline script runs by its hash, and scripts of
+    the page's own origin ('self') may load: the details files of report-data/ (Details), which the
+    inline script inserts by names it builds from numbers (never from host strings). A hash cannot
+    allow them: Chromium checks an external script's hash only through Subresource Integrity,
+    which file:// (no CORS) cannot pass; and fetch() of a file:// URL is blocked. No host string
+    becomes markup (all are escaped, or set as text by the script), so no one else's <script>
+    gets into the page to use 'self'. Nothing else loads. Styles are inline (the page's and
+    matplotlib's style attributes): CSS cannot run code."""
     digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
-    return ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-%s'; "
+    return ("default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-%s' 'self'; "
             "base-uri 'none'; form-action 'none'" % digest)
 
 
@@ -217,36 +235,155 @@ def _confirmation(c, shown):
     return text
 
 
-def fleet_rows(digests):
-    """The fleet table's rows (<tr> HTML), one per host from its reports.digest (with its index in
-    the run). Written out here rather than in the template, as Sections is (Jinja took 0.73 s for
-    10,000 rows, this 0.14, in the parent after the workers). Every value is escaped as the
-    template's autoescape did; the host's counts are unwaived findings, worst severity first."""
+def _data_json(value) -> str:
+    """JSON for a data block in the page (<script type="application/json">): "<", ">" and "&" as
+    \\u escapes, so no host string can end the block ("</script>") or open a comment."""
+    return writers.replace_all(_ENCODE(value).decode("utf-8"), (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026")))
+
+
+def fleet_data(digests: list) -> str:
+    """The fleet table's data (JSON, a row per host from its reports.digest): the page's script
+    sorts, filters and pages it, and shows a page of rows at a time (100,000 rows in the DOM are
+    a page no browser opens). A row: [host, status (index into statuses), worst (severity rank,
+    -1 none), unwaived counts critical..info, waived, errors, probe status, fails the policy (0/1),
+    details chunk (index into chunks, -1 none), has a section in the page (0/1)]. Statuses are
+    sorted, so their indexes sort as their names do."""
+    statuses = sorted(set(d["status"] for d in digests))
+    status_index = dict((status, number) for number, status in enumerate(statuses))
+    chunks = sorted(set(d["chunk"] for d in digests if d.get("chunk") is not None))
+    chunk_index = dict((first, number) for number, first in enumerate(chunks))
     severities = list(reversed(SEVERITIES))
     rows = []
-    for digest in digests:
-        worst, counts = digest["row"]["worst"], digest["by_severity"]
-        link = ("#h-%d" % digest["index"] if digest["section"]
-                else "hosts/" + urllib.parse.quote(reports.host_report_file(digest["host"])))
-        rank = escape(severity_rank(worst) if worst else -1)
-        rows.append('<tr data-status="%s" data-worst="%s" class="%s">\n<td class="host-data"><a href="%s">%s</a></td>\n'
-                    '<td>%s</td>\n<td data-sort="%s"><span class="sev sev-%s">%s</span></td>\n%s<td class="n">%s</td>'
-                    '<td class="n">%s</td><td>%s</td>\n</tr>\n' % (
-                        escape(digest["status"]), rank, "failing" if digest["bad"] else "", escape(link),
-                        escape(digest["host"]), escape(digest["status"]), rank, escape(worst or "none"),
-                        escape(worst or "none"),
-                        "".join('<td class="n%s">%s</td>' % ("" if counts[s] else " zero", escape(counts[s]))
-                                for s in severities),
-                        escape(digest["row"]["waived"]), escape(digest["row"]["errors"]),
-                        escape(digest["row"]["probe"] or "-")))
-    return "".join(rows)
+    for d in digests:
+        worst, counts, row = d["row"]["worst"], d["by_severity"], d["row"]
+        rows.append([d["host"], status_index[d["status"]], severity_rank(worst) if worst else -1]
+                    + [counts[s] for s in severities]
+                    + [row["waived"], row["errors"], row["probe"] or "", 1 if d["bad"] else 0,
+                       chunk_index.get(d.get("chunk"), -1), 1 if d.get("section") else 0])
+    return _data_json({"statuses": statuses, "chunks": chunks, "rows": rows, "data": DATA})
+
+
+def worst_hosts(digests: list, count: int = 25) -> list:
+    """The `count` hosts most in need of attention (reports.attention_order: not audited first,
+    then by worst severity and failing findings), of those with anything to act on."""
+    acting = [d for d in digests if d["status"] != "audited" or d["row"]["worst"]]
+    return sorted(acting, key=lambda d: reports.attention_order(d["row"]))[:count]
 
 
 def has_section(digest, hosts):
-    """Whether a host gets its own section in a run of `hosts` hosts: in small runs every host, in
-    larger ones the hosts the gate or a person has to act on (reports.digest's attention). Another
-    host's row links to its hosts/<name>.json: 10,000 full sections are a page no browser opens."""
-    return hosts <= ALL_SECTIONS or digest["attention"]
+    """Whether a host gets its own section in a run of `hosts` hosts: in small runs every host
+    (findings in full, facts, the probe and its pictures). In larger ones no host does: each
+    host's detail is loaded on demand from the page's data folder (Details)."""
+    return hosts <= ALL_SECTIONS
+
+
+class Details:
+    """The hosts' details that the page loads on demand, in chunks of CHUNK_HOSTS hosts in the run
+    folder's report-data/ (DATA): hosts-<index of the chunk's first host>.js, a script that hands
+    its data to the page's (window.ext4auditHosts: file:// pages cannot fetch() files, but may
+    load a script). A host: its status, policy, findings, undetermined rules, read errors, kernel and
+    filesystems (what is missing for an undetermined rule, the facts and the probe's numbers are
+    in its hosts/<host>.json, which the detail links), every string an index into the chunk's string table (a fleet's hosts share
+    messages, options and kernels). add() notes the chunk in the host's digest (digest["chunk"]).
+    folder None: nothing is written (render(): the page alone)."""
+
+    def __init__(self, folder: "str | None") -> None:
+        self.folder = folder
+        self._start()
+
+    def _start(self) -> None:
+        self.first, self.index, self.hosts = None, _Strings(), []
+
+    def add(self, report: dict, digest: dict) -> None:
+        if self.folder is None:
+            return
+        if self.first is None:
+            self.first = digest["index"]
+        digest["chunk"] = self.first
+        self.hosts.append(self._host(report, digest))
+        if len(self.hosts) >= CHUNK_HOSTS:
+            self.flush()
+
+    def _host(self, report: dict, digest: dict) -> dict:
+        s = self.index  # s[text]: its index in the chunk's strings (a dict lookup; 200 a host)
+        host = {"n": report["host"], "s": s[report.get("status")], "b": 1 if digest["bad"] else 0,
+                "j": s[host_link(report["host"])]}
+        if report.get("reason"):
+            host["r"] = s[str(report["reason"])]
+        if report.get("groups"):
+            host["g"] = [s[str(g)] for g in report["groups"]]
+        policy = policy_mod.describe(report)
+        if policy:
+            host["y"] = [s[line] for line in policy]
+        findings = sorted(report.get("findings") or (), key=_finding_order)
+        if findings:
+            host["f"] = [[s[f.get("severity")], s[f.get("rule")], s[f.get("title")], s[f.get("message")],
+                          s[f.get("mountpoint")], s[f.get("device")],
+                          (1 if f.get("waived") else 0) | (2 if f.get("baseline") == "new" else 0)
+                          | (4 if (f.get("waiver") or {}).get("status") == "expired" else 0),
+                          s[(f.get("confirmation") or {}).get("status")]] for f in findings]
+        if report.get("undetermined"):
+            host["u"] = [[s[u.get("rule")], s[u.get("mountpoint")], s[u.get("device")]] for u in report["undetermined"]]
+        if report.get("errors"):
+            host["e"] = [[s[e.get("where")], s[e.get("reason")]] for e in report["errors"]]
+        kernel = report.get("kernel")
+        if isinstance(kernel, dict):
+            host["k"] = s["%s (upstream %s)" % (kernel.get("release"), kernel.get("upstream") or "unknown")]
+        if report.get("filesystems"):
+            host["m"] = [[s[fs.get("mountpoint")], s[fs.get("device")], s[fs.get("fstype")],
+                          s[", ".join(map(str, fs.get("options") or ()))]] for fs in report["filesystems"]]
+        if report.get("probe"):
+            host["p"] = s[report["probe"].get("status")]
+        return host
+
+    def flush(self) -> None:
+        """Write the chunk made so far (a worker calls it at the end of its shard)."""
+        if self.hosts and self.folder:
+            strings = list(self.index)[1:]  # in the order of their indexes (None, -1, first)
+            text = b"ext4auditHosts(%d, %s);\n" % (self.first, _ENCODE({"s": strings, "h": self.hosts}))
+            # No temporary name: the folder is new (a staging folder) and moves into place whole.
+            with open(os.path.join(self.folder, chunk_name(self.first)), "xb") as out:
+                out.write(text)
+        self._start()
+
+
+class _Strings(dict):
+    """A details chunk's string table: strings[text] is its index, given at its first use (a
+    string's index is its place in the dict's order, less one: None, missing, is -1)."""
+
+    def __init__(self) -> None:
+        super().__init__({None: -1})
+
+    def __missing__(self, text) -> int:
+        number = self[text] = len(self) - 1
+        return number
+
+
+def _finding_order(f: dict) -> tuple:
+    """Findings in a host's detail: the worst first, then by rule and mount point."""
+    return -severity_rank(f["severity"]), f["rule"], f.get("mountpoint") or ""
+
+
+def chunk_name(first: int) -> str:
+    """The file of the details chunk whose first host has index `first` (report.js builds the same)."""
+    return "hosts-%06d.js" % first
+
+
+def host_link(host: str) -> str:
+    """The relative link of a host's report in hosts/ (its file name, URL-quoted)."""
+    return "hosts/" + urllib.parse.quote(reports.host_report_file(host))
+
+
+def put_data_in_place(run_dir: str, staged: str) -> None:
+    """Move a staged details folder to <run_dir>/report-data, replacing an earlier run's (moved
+    aside into the staging folder's parent's place and removed): report.html, written after,
+    loads from it."""
+    target = os.path.join(run_dir, DATA)
+    before = staged + ".before"
+    if os.path.lexists(target):
+        os.replace(target, before)
+    os.replace(staged, target)
+    shutil.rmtree(before, ignore_errors=True)
 
 
 class Sections:
@@ -464,89 +601,126 @@ def _glossary(rule_ids, catalog, found=None):
     return sorted(entries, key=lambda e: (-severity_rank(e["severity"]), e["id"]))
 
 
-# Where the host sections go in the page (write_page): a comment, which no host string (all
-# escaped) can hold, and our own template and assets do not.
-_SECTIONS = "<!-- host sections -->"
+def _group_rows(groups: "finding_groups.FindingGroups") -> list:
+    """The findings groups the page shows (GROUP_ROWS at most, the worst first), as dicts."""
+    rows = []
+    for key, (findings, hosts, samples) in groups.ordered()[:GROUP_ROWS]:
+        rows.append({"rule": key[0], "severity": key[1], "message": key[3], "waived": finding_groups.is_waived(key),
+                     "expired": key[6] is not None, "new": key[7] == "new", "findings": findings, "hosts": hosts,
+                     "samples": samples})
+    return rows
 
 
-def write_page(out, summary, digests, write_sections, catalog=None, run_dir=None, found=None):
+def write_page(out, summary, digests, sections, groups, catalog=None, run_dir=None, found=None):
     """Write the page to `out`: digests are every host's reports.digest in run order (with its
-    index and whether it has a section); write_sections(out) writes the host sections' HTML, in
-    order. The page around them is made first, in memory (the fleet table is most of it: ~5 MB at
-    10,000 hosts); the sections are most of the bytes (300 MB), which the report step copies from
-    its workers' parts in the kernel (Parts.copy_to) instead of through Jinja and Python's str."""
+    index, whether it has a section and its details chunk); sections: the host sections' HTML, in
+    order (small runs only, has_section); groups: the run's FindingGroups."""
     rule_ids = sorted(set(rule for d in digests for (_, rule, _), _ in d["metrics"]))
     glossary = _glossary(rule_ids, catalog, found)
     gate, gate_plot, gate_error = _kernel_gate(run_dir)
     script = _asset("report.js")
     probed = sum(1 for d in digests if d["probe_plotted"])
     template = _environment().get_template("report.html.j2")
-    page = "".join(template.generate(
-            summary=summary, fleet_rows=Markup(fleet_rows(digests)), statuses=[d["status"] for d in digests],
-            kernel_group_rows=reports.KERNEL_GROUP_ROWS,
-            own_policy=sum(1 for d in digests if d["row"]["fail_on"] != summary["policy"]["fail_on"]),
-            sections=Markup(_SECTIONS),
-            hidden=sum(1 for d in digests if not d["section"]), glossary=glossary,
-            severities=SEVERITIES, severities_desc=list(reversed(SEVERITIES)), baseline=summary.get("baseline"),
-            probed=probed, plotted=min(probed, MAX_PLOTTED_HOSTS), max_plotted=MAX_PLOTTED_HOSTS,
-            gate=gate, gate_plot=Markup(gate_plot) if gate_plot else None, gate_error=gate_error,
-            csp=csp(script), script=Markup(script), css=Markup(_asset("report.css"))))
-    head, _, tail = page.partition(_SECTIONS)
-    out.write(head)
-    write_sections(out)
-    out.write(tail)
+    worst = worst_hosts(digests, WORST_HOSTS)
+    template.stream(
+        summary=summary, fleet_data=Markup(fleet_data(digests)), statuses=sorted(set(d["status"] for d in digests)),
+        kernel_group_rows=reports.KERNEL_GROUP_ROWS,
+        own_policy=sum(1 for d in digests if d["row"]["fail_on"] != summary["policy"]["fail_on"]),
+        sections=sections, groups=_group_rows(groups), group_count=len(groups.groups), group_rows=GROUP_ROWS,
+        worst=[dict(d["row"], index=d["index"], bad=bool(d["bad"]), link=host_link(d["host"])) for d in worst],
+        worst_rows=WORST_HOSTS,
+        with_sections=any(d.get("section") for d in digests), glossary=glossary,
+        severities=SEVERITIES, severities_desc=list(reversed(SEVERITIES)), baseline=summary.get("baseline"),
+        probed=probed, plotted=min(probed, MAX_PLOTTED_HOSTS), max_plotted=MAX_PLOTTED_HOSTS,
+        gate=gate, gate_plot=Markup(gate_plot) if gate_plot else None, gate_error=gate_error,
+        csp=csp(script), script=Markup(script), css=Markup(_asset("report.css"))).dump(out)
 
 
-def _write_held(out, summary, host_reports, catalog, run_dir):
-    """write_page for host reports held in memory (render, write)."""
+def _write_held(out, summary, host_reports, catalog, run_dir, details):
+    """write_page for host reports held in memory (render, write); details: a Details."""
     policy = summary["policy"]
     compared = summary.get("baseline") is not None
-    digests = []
+    digests, groups = [], finding_groups.FindingGroups(compared)
     for index, report in enumerate(host_reports):
         d = reports.digest(report, policy["fail_on"], policy.get("fail_on_new"), compared)
         d.update(index=index, section=has_section(d, len(host_reports)))
+        details.add(report, d)
+        groups.add_host(report)
         digests.append(d)
+    details.flush()
     probed = dict((d["host"], d["probe_plotted"]) for d in digests)
     plotted = plotted_hosts(probed, probed.get)
     renderer = Sections(policy, len(host_reports), catalog, plotted, *_dspan_records(run_dir, set(plotted)))
-    sections = (renderer.render(r, d) for r, d in zip(host_reports, digests) if d["section"])
+    sections = (Markup(renderer.render(r, d)) for r, d in zip(host_reports, digests) if d["section"])
     found = {}
     for report in host_reports:
         for finding in report["findings"]:
             found.setdefault(finding["rule"], finding)
-    write_page(out, summary, digests, lambda page: page.writelines(sections), catalog, run_dir, found)
+    write_page(out, summary, digests, sections, groups, catalog, run_dir, found)
 
 
 def render(summary, host_reports, catalog=None, run_dir=None):
-    """The page as a string. catalog: the loaded rule catalog (rationale and references per rule;
-    a rule missing from it shows what its findings carry). run_dir: where the raw probe records
-    (for the d-span CDFs) and kernel_gate.json are, when there are any."""
+    """The page as a string, without its details folder (its hosts' details do not load; the
+    report step and write() make both). catalog: the loaded rule catalog (rationale and
+    references per rule; a rule missing from it shows what its findings carry). run_dir: where
+    the raw probe records (for the d-span CDFs) and kernel_gate.json are, when there are any."""
     out = io.StringIO()
-    _write_held(out, summary, host_reports, catalog, run_dir)
+    _write_held(out, summary, host_reports, catalog, run_dir, Details(None))
     return out.getvalue()
 
 
 def write(path, summary, host_reports, catalog=None, run_dir=None):
-    """Write the page to `path` atomically, streamed (the report step itself goes through
-    Writer, whose host sections are rendered in the step's workers)."""
-    with reports.atomic_file(path) as out:
-        _write_held(out, summary, host_reports, catalog, run_dir)
+    """Write the page to `path` and its details to report-data/ beside it, each atomically: the
+    details are made in a staging folder that replaces the old one, then the page (the report
+    step itself goes through Writer, whose details are written in the step's workers)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    staged = tempfile.mkdtemp(prefix=".report-data-", dir=folder)
+    try:
+        with reports.atomic_file(path) as out:
+            _write_held(out, summary, host_reports, catalog, run_dir, Details(staged))
+            put_data_in_place(folder, staged)
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
 
 
-class Writer(writers.Writer):
-    """The sections of the hosts that get one (has_section) are the parts."""
+class Writer(finding_groups.Writer):
+    """The report step's page: each host's details go to a chunk of report-data/ in the workers
+    (Details, in the staging folder), a shard's part is its findings groups (finding_groups.Writer);
+    the parent merges the groups, moves the details into place and writes the page, with the host
+    sections of a small run (has_section) rendered from hosts/ (in place by then)."""
 
     file = "report.html"
+    folder = DATA  # written with the page; removed when a run's formats leave the page out
 
     def __init__(self, job):
         super().__init__(job)
-        self.sections = Sections({"fail_on": job.fail_on, "fail_on_new": job.fail_on_new}, job.hosts, job.catalog,
-                                 job.plotted, job.probes, job.plan)
+        self.groups = finding_groups.FindingGroups(job.base is not None)
+        self.staged = os.path.join(job.staging, DATA) if job.staging else None
+        if self.staged and not os.path.isdir(self.staged):
+            os.mkdir(self.staged)  # before the workers fork: each writes its chunks into it
+        self.details = Details(self.staged)
 
     def host(self, report, digest):
         # Kept in the digest: the page's table says which hosts have a section (row)
         digest["section"] = has_section(digest, self.job.hosts)
-        return self.sections.render(report, digest) if digest["section"] else None
+        self.details.add(report, digest)
+        return super().host(report, digest)
+
+    def shard_end(self):
+        self.details.flush()
+        return super().shard_end()
 
     def finish(self, out, summary, digests, parts):
-        write_page(out, summary, digests, parts.copy_to, self.job.catalog, self.job.run_dir)
+        merged = finding_groups.FindingGroups(self.job.base is not None)
+        merged.merge_parts(parts)
+        if self.staged:
+            put_data_in_place(self.job.run_dir, self.staged)
+        sections = ()
+        if any(d.get("section") for d in digests):
+            job = self.job
+            renderer = Sections({"fail_on": job.fail_on, "fail_on_new": job.fail_on_new}, job.hosts, job.catalog,
+                                job.plotted, job.probes, job.plan)
+            sections = (Markup(renderer.render(reports.read_json(reports.host_report_path(job.run_dir, d["host"]),
+                                                                 "host report"), d))
+                for d in digests if d.get("section"))
+        write_page(out, summary, digests, sections, merged, self.job.catalog, self.job.run_dir)

@@ -32,7 +32,7 @@ from conftest import ROOT, VENV_BIN, fixture_text
 HOSTS = 2000
 SEED = int(os.environ.get("EXT4AUDIT_FAULT_SEED", "20260515"))
 OUTPUTS = ("summary.json", "junit.xml", "summary.md", "report.html", "report.sarif", "ext4audit.prom", "report.tap",
-           "findings-index.json")
+           "findings-index.json", "report-data")
 
 
 def facts(mountpoint, options):
@@ -101,6 +101,9 @@ def check_complete(run_dir, hosts):
     parser.feed(page)
     parser.close()
     assert page.rstrip().endswith("</html>")
+    # report.html's details (report-data/, in place before the page): every host in one of its chunks
+    chunks = glob.glob(os.path.join(run_dir, "report-data", "hosts-*.js"))
+    assert sum(open(path).read().count('"n":') for path in chunks) == hosts
     with open(os.path.join(run_dir, "report.sarif")) as handle:
         assert json.load(handle)["runs"]
     with open(os.path.join(run_dir, "ext4audit.prom")) as handle:

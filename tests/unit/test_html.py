@@ -168,7 +168,9 @@ def test_verdict_comes_first_with_its_reason(rendered):
     parsed = Page(page)
     assert parsed.text.lstrip().startswith("ext4 fleet audit, run run-1")
     assert "Verdict: FAIL" in parsed.text
-    assert parsed.text.index("Verdict: FAIL") < parsed.text.index("Fleet overview")
+    # then the fleet's findings groups, the worst hosts, and the fleet table
+    order = [parsed.text.index(heading) for heading in ("Verdict: FAIL", "Findings by group", "Worst hosts", "\nFleet\n")]
+    assert order == sorted(order), order
     assert summary["reason"] in parsed.text  # e.g. "... EXT4_DATA_WRITEBACK high on db-1"
     assert 'class="verdict verdict-fail"' in page
 
@@ -176,8 +178,11 @@ def test_verdict_comes_first_with_its_reason(rendered):
 def test_host_strings_and_rule_text_are_text_never_markup(rendered):
     page, summary, catalog = rendered
     parsed = Page(page)
-    # The only script is ours; no element or event handler came from a host or the catalog.
-    assert parsed.scripts == [SCRIPT]
+    # The only script is ours (and the fleet table's data, JSON that never runs, "<" escaped); no
+    # element or event handler came from a host or the catalog.
+    assert parsed.scripts[1:] == [SCRIPT] and "<" not in parsed.scripts[0]
+    assert [t for t in parsed.tags if t[0] == "script"][0] == ("script", {"type": "application/json", "id": "fleet-data"})
+    assert HOSTILE in [row[0] for row in json.loads(parsed.scripts[0])["rows"]]
     assert not [t for t, _ in parsed.tags if t in ("img", "iframe", "object", "embed", "link", "base")]
     assert not [(t, a) for t, attrs in parsed.tags for a in attrs if a.startswith("on")]
     assert "window.__pwned=1</script>" not in page and "<img src=x" not in page
@@ -188,16 +193,17 @@ def test_host_strings_and_rule_text_are_text_never_markup(rendered):
     assert "ssh: <connect> refused" in parsed.text and "thin <LUN> needs discard" in parsed.text
     # a javascript: reference is shown, never linked
     assert "javascript:window.__pwned=3" in parsed.text
-    assert not [a for t, a in parsed.tags if t == "a" and not a["href"].startswith(("#", "https://", "http://"))]
+    assert not [a for t, a in parsed.tags if t == "a" and not a["href"].startswith(("#", "https://", "http://", "hosts/"))]
 
 
-def test_content_security_policy_allows_nothing_but_the_inline_script(rendered):
+def test_content_security_policy_allows_the_inline_script_and_the_pages_own_files(rendered):
     page, summary, catalog = rendered
     metas = [a for t, a in Page(page).tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
     assert len(metas) == 1
     policy = dict((d.split()[0], d.split()[1:]) for d in metas[0]["content"].split("; "))
     digest = base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()
-    assert policy["default-src"] == ["'none'"] and policy["script-src"] == ["'sha256-%s'" % digest]
+    # 'self': the details files of report-data/, which the script loads (file:// cannot fetch)
+    assert policy["default-src"] == ["'none'"] and policy["script-src"] == ["'sha256-%s'" % digest, "'self'"]
     assert policy["img-src"] == ["data:"] and policy["base-uri"] == ["'none'"]
     # the policy sits before anything it governs
     assert page.index("Content-Security-Policy") < page.index("<style>") < page.index("<script>")
@@ -205,21 +211,46 @@ def test_content_security_policy_allows_nothing_but_the_inline_script(rendered):
     assert not [a for _, a in Page(page).tags if "src" in a]
 
 
-def test_fleet_table_rows_counts_and_controls(rendered):
+def fleet_data(page):
+    """The fleet table's data block of a page (html.fleet_data), decoded."""
+    start = page.index('<script type="application/json" id="fleet-data">')
+    return json.loads(page[page.index(">", start) + 1:page.index("</script>", start)])
+
+
+def test_fleet_table_data_counts_and_controls(rendered):
     page, summary, catalog = rendered
-    body = page[page.index('<table id="fleet-table"'):]
-    body = body[:body.index("</table>")]
-    rows = re.findall(r'<tr data-status="([^"]*)" data-worst="(-?\d)"', body)
-    assert rows == [("audited", "2"), ("audited", "3"), ("unreachable", "-1")]  # medium, high, none
-    # without the script the table is complete and the (script-driven) controls stay hidden
-    assert '<div id="fleet-controls" class="controls" hidden>' in page
-    table = Page(body + "</table>").rows
-    assert table[0] == ["host", "status", "worst", "critical", "high", "medium", "low", "info", "waived", "errors",
-                        "probe"]
+    data = fleet_data(page)
+    assert data["statuses"] == ["audited", "unreachable"] and data["data"] == "report-data"
+    # host, status, worst rank, critical..info, waived, errors, probe, fails, details chunk, section
+    rows = dict((row[0], row[1:]) for row in data["rows"])
+    assert [(row[1], row[2]) for row in data["rows"]] == [(0, 2), (0, 3), (1, -1)]  # medium, high, none
     # db-1: data=writeback high, the kernel's branch-less hang record low (KERNEL_EXT4_NO_FIX_IN_BRANCH),
     # errors=continue info (its waiver expired), discard waived
-    assert table[2] == ["db-1", "audited", "high", "0", "1", "0", "1", "1", "1", "0", "-"]
-    assert table[1][0] == HOSTILE and table[1][-1] == "ran"
+    assert rows["db-1"] == [0, 3, 0, 1, 0, 1, 1, 1, 0, "", 1, -1, 1]  # render(): no details folder
+    assert rows[HOSTILE][9] == "ran"
+    # the table is drawn by the script: its controls stay hidden without it
+    assert '<div id="fleet-controls" class="controls" hidden>' in page
+    body = page[page.index('<table id="fleet-table"'):]
+    table = Page(body[:body.index("</table>") + 8]).rows
+    assert table == [["host", "status", "worst", "critical", "high", "medium", "low", "info", "waived", "errors",
+                      "probe"]]
+
+
+def test_findings_groups_and_worst_hosts_come_first(rendered):
+    page, summary, catalog = rendered
+    parsed = Page(page)
+    groups = page[page.index('<table id="group-table"'):]
+    groups = Page(groups[:groups.index("</table>") + 8]).rows
+    assert groups[0] == ["severity", "rule", "finding", "hosts", "findings", "first hosts"]
+    assert groups[1][:2] == ["high", "EXT4_DATA_WRITEBACK"] and groups[1][3:] == ["1", "1", "db-1"], groups
+    worst = page[page.index('<table id="worst-table"'):]
+    worst = Page(worst[:worst.index("</table>") + 8]).rows
+    # not audited first, then the worst severity
+    assert [row[0] for row in worst[1:]] == ["gone-2", "db-1", HOSTILE], worst
+    links = [a for t, a in parsed.tags if t == "a" and "data-host" in a]
+    assert [a["data-host"] for a in links] == ["2", "1", "0"]
+    # without the script, a name links to its report (its file name's "%" quoted again in the URL)
+    assert links[0]["href"] == "hosts/gone-2.json" and links[2]["href"].startswith("hosts/odd%2520%253Cscript%253E")
 
 
 def test_findings_waivers_and_expired_waivers_are_marked(rendered):
@@ -249,7 +280,7 @@ def test_large_fleets_link_findings_to_one_entry_per_rule(hostile_catalog):
     many = [dict(copy.deepcopy(host_reports[1]), host="db-%d" % i) for i in range(report_html.DETAILED_HOSTS + 1)]
     page = report_html.render(reports.summarize(many, "run-1", "high", True, NOW), many, hostile_catalog)
     rationale = Page(hostile_catalog.by_id["EXT4_DATA_WRITEBACK"]["rationale"]).text
-    assert page.count('href="#rule-EXT4_DATA_WRITEBACK"') == len(many)
+    assert page.count('href="#rule-EXT4_DATA_WRITEBACK"') == len(many) + 1  # and its row of the groups
     assert Page(page).text.count(rationale) == 1  # in the rules section only
     assert "<details class=\"host\" id=\"h-0\">" in page  # folded
 
@@ -465,7 +496,7 @@ def test_report_and_kernel_gate_commands_write_report_html(tmp_path):
     assert result.returncode == 0, result.stderr.decode()[-2000:] + result.stdout.decode()[-2000:]
     page = (run_dir / "report.html").read_text()
     parsed = Page(page)
-    assert "Verdict: PASS" in parsed.text and HOSTILE in parsed.text and parsed.scripts == [SCRIPT]
+    assert "Verdict: PASS" in parsed.text and HOSTILE in parsed.text and parsed.scripts[1:] == [SCRIPT]
     assert page.count("<svg") == 6 and 'id="kernel-gate"' not in page
     assert "runs with your configuration's levels (%d)" % own_runs({"DiskSize": "1 GiB"}) in page
     # the kernel gate draws the page again with its comparison (web-1's d-spans are 3 times larger)
@@ -490,15 +521,18 @@ def test_one_thousand_hosts(tmp_path, hostile_catalog, capsys):
     with capsys.disabled():
         print("\nreport.html for 1,000 hosts: %.2f s, %.1f MiB" % (seconds, size / 2 ** 20))
     page = open(path, encoding="utf-8").read()
-    # above html.ALL_SECTIONS hosts, only the hosts to act on get a section; the others' rows link
-    # to their hosts/<name>.json
-    acting = [h for h in summary["hosts"] if h["status"] != "audited" or h["failing"]]
-    assert 0 < len(acting) < 1000
-    assert page.count('<tr data-status=') == 1000 and page.count('<details class="host"') == len(acting)
-    assert page.count('<a href="hosts/host-') == 1000 - len(acting)
-    assert 'href="hosts/host-0000.json"' in page or "host-0000" in [h["host"] for h in acting]
+    # above html.ALL_SECTIONS hosts no host has a section: every row is data, each host's details
+    # are in report-data/ (chunks of html.CHUNK_HOSTS hosts), loaded when it is opened
+    rows = fleet_data(page)["rows"]
+    assert len(rows) == 1000 and '<details class="host"' not in page
+    chunks = sorted(os.listdir(str(tmp_path / "report-data")))
+    assert chunks == ["hosts-%06d.js" % first for first in range(0, 1000, report_html.CHUNK_HOSTS)]
+    assert sorted(set(row[12] for row in rows)) == list(range(len(chunks)))
     assert page.rstrip().endswith("</html>")
-    assert size < 10 * 2 ** 20, size
+    data = sum(os.path.getsize(str(tmp_path / "report-data" / name)) for name in chunks)
+    with capsys.disabled():
+        print("report-data/ for 1,000 hosts: %.1f KiB (page %.1f KiB)" % (data / 1024, size / 1024))
+    assert size < 200 * 1024 and data < 1000 * 2048, (size, data)
     assert seconds < 30, seconds  # about 0.3 s here; only a pathological slowdown trips this
 
 
@@ -630,19 +664,6 @@ def test_a_host_section_is_the_text_the_template_wrote(report, worst, failing, i
         assert sections.render(report, digest) == _section_by_template(sections, report, digest)
 
 
-def _rows_by_template(digests):
-    """The fleet table's rows as report.html.j2 wrote them (kept as the fixture), from the rows
-    html.row made of the digests."""
-    with open(os.path.join(ROOT, "tests", "fixtures", "html", "fleet_rows.j2"), encoding="utf-8") as handle:
-        template = report_html._environment().from_string(handle.read())
-    rows = [{"index": d["index"], "host": d["host"], "status": d["status"], "worst": d["row"]["worst"],
-             "worst_rank": report_html.severity_rank(d["row"]["worst"]) if d["row"]["worst"] else -1,
-             "counts": d["by_severity"], "waived": d["row"]["waived"], "failing": len(d["bad"]),
-             "errors": d["row"]["errors"], "probe": d["row"]["probe"], "section": d["section"],
-             "file": "hosts/" + report_html.urllib.parse.quote(reports.safe_name(d["host"]) + ".json")} for d in digests]
-    return template.render(rows=rows, severities_desc=list(reversed(report_html.SEVERITIES)))
-
-
 _COUNT = st.integers(0, 3)
 _DIGEST = st.fixed_dictionaries({
     "index": st.integers(0, 20000), "host": _TEXT, "status": st.sampled_from(["audited", "unreachable"]) | _TEXT,
@@ -654,7 +675,38 @@ _DIGEST = st.fixed_dictionaries({
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_DIGEST, max_size=4))
-def test_the_fleet_table_is_the_text_the_template_wrote(digests):
-    """html.fleet_rows writes the fleet table's rows in Python (Jinja took 0.73 s for 10,000 rows,
-    this 0.14): the same text as the template it replaced, for hostile host names and statuses."""
-    assert report_html.fleet_rows(digests) == _rows_by_template(digests)
+def test_the_fleet_data_is_data_whatever_the_host_strings(digests):
+    """html.fleet_data: hostile host names and statuses stay inside the page's data block (never
+    end it), and the block decodes, as a browser's parser reads it, to every row."""
+    page = '<script type="application/json" id="fleet-data">%s</script>' % report_html.fleet_data(digests)
+    parsed = Page(page)
+    assert len(parsed.scripts) == 1 and not parsed.text
+    data = json.loads(parsed.scripts[0])
+    assert [row[0] for row in data["rows"]] == [d["host"] for d in digests]
+    assert [data["statuses"][row[1]] for row in data["rows"]] == [d["status"] for d in digests]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(_TEXT, _TEXT, _TEXT), min_size=1, max_size=3))
+def test_a_details_chunk_hands_hostile_strings_to_the_page_as_data(tmp_path_factory, names):
+    """html.Details: a chunk is one call of the page's window.ext4auditHosts with a JSON object:
+    host names, mount points and messages are JSON strings in it, read back exactly."""
+    folder = str(tmp_path_factory.mktemp("data"))
+    details = report_html.Details(folder)
+    hosts = []
+    for index, (host, mountpoint, message) in enumerate(names):
+        report = {"host": "%d %s" % (index, host), "status": "audited", "findings": [
+            {"rule": "R", "severity": "high", "title": "t", "message": message, "mountpoint": mountpoint}],
+            "filesystems": [{"mountpoint": mountpoint, "device": host, "fstype": "ext4", "options": [message]}]}
+        details.add(report, {"index": index, "row": {"worst": "high"}, "bad": []})
+        hosts.append(report)
+    details.flush()
+    text = open(os.path.join(folder, "hosts-000000.js"), encoding="utf-8").read()
+    assert text.startswith("ext4auditHosts(0, {") and text.endswith("});\n")
+    chunk = json.loads(text[len("ext4auditHosts(0, "):-3])
+    strings = chunk["s"]
+    for report, host in zip(hosts, chunk["h"]):
+        assert host["n"] == report["host"]
+        assert strings[host["f"][0][3]] == report["findings"][0]["message"]
+        assert strings[host["m"][0][0]] == report["filesystems"][0]["mountpoint"]
+        assert strings[host["j"]] == report_html.host_link(report["host"])
