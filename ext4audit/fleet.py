@@ -263,6 +263,8 @@ def report_hosts(job, paths, jobs):
     jobs = max(1, jobs) if len(paths) >= PARALLEL_FROM else 1
     count = jobs * SHARDS_PER_WORKER if jobs > 1 else 1
     size = -(-len(paths) // count) if paths else 1
+    if count > 1:  # each shard starts at a multiple of SHARD_ALIGN (writers may cut blocks of it)
+        size = -(-size // writers_mod.SHARD_ALIGN) * writers_mod.SHARD_ALIGN
     shards = [(number, paths[start:start + size], start) for number, start in enumerate(range(0, len(paths), size))]
     _JOB = job
     _writers(job)  # made before the workers fork, they inherit them (0.3 s of set-up per process)

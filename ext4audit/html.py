@@ -46,7 +46,7 @@ DETAILED_HOSTS = 20
 # loads on demand from report-data/ (Details), and the page stays small at any fleet size.
 ALL_SECTIONS = 200
 DATA = "report-data"  # the folder beside report.html with the hosts' details (Details)
-CHUNK_HOSTS = 250  # hosts a details file: ~300 KB, loaded in a blink when one host is opened
+CHUNK_HOSTS = writers.SHARD_ALIGN  # hosts a details file: ~300 KB, loaded in a blink when one host is opened
 WORST_HOSTS = 25  # rows of the page's "worst hosts" table
 GROUP_ROWS = 100  # rows of the page's findings groups table (summary.md and report.sarif have them all)
 _ENCODE = msgspec.json.Encoder().encode  # the page's data (5 times json.dumps' speed)
@@ -297,12 +297,12 @@ class Details:
     def add(self, report: dict, digest: dict) -> None:
         if self.folder is None:
             return
+        if self.first is not None and digest["index"] // CHUNK_HOSTS != self.first // CHUNK_HOSTS:
+            self.flush()  # chunks by the hosts' indexes: the same files with one process or several
         if self.first is None:
             self.first = digest["index"]
         digest["chunk"] = self.first
         self.hosts.append(self._host(report, digest))
-        if len(self.hosts) >= CHUNK_HOSTS:
-            self.flush()
 
     def _host(self, report: dict, digest: dict) -> dict:
         s = self.index  # s[text]: its index in the chunk's strings (a dict lookup; 200 a host)

@@ -36,6 +36,10 @@ FORMATS = {
     "html": "html",
 }
 ALL = "all"
+# A shard's first host has an index that is a multiple of this (fleet.report_hosts), so a writer
+# may cut its output into blocks of this many hosts that are the same whatever the number of
+# workers (report.html's details chunks).
+SHARD_ALIGN = 250
 BLOCK = 1 << 20  # bytes copied at a time when the parts are joined
 
 
