@@ -180,8 +180,8 @@ def vmdk_check(read, head: bytes, size: int, path: str) -> str:
     if not desc_offset or not desc_size:
         raise FormatError("%s: VMDK without an embedded descriptor: not monolithic" % path)
     if desc_size * SECTOR > VMDK_DESCRIPTOR_CAP:
-        raise FormatError("%s: VMDK descriptor of %d sectors: over the %d bytes read" % (path, desc_size,
-                                                                                        VMDK_DESCRIPTOR_CAP))
+        raise FormatError("%s: VMDK descriptor of %d sectors: over the %d bytes read"
+                          % (path, desc_size, VMDK_DESCRIPTOR_CAP))
     _need(size, (desc_offset + desc_size) * SECTOR, path, "the VMDK descriptor (sector %d, %d sectors)"
           % (desc_offset, desc_size))
     if gd != VMDK_GD_AT_END:

@@ -160,7 +160,8 @@ def test_report_files_get_the_mode_the_umask_gives(run_dir, umask, mode):
     made = [os.path.join(base, name) for base, _, names in os.walk(run_dir) if os.path.basename(base) != "facts"
             for name in names]
     modes = dict((os.path.relpath(path, run_dir), oct(stat.S_IMODE(os.stat(path).st_mode))) for path in made)
-    assert len(made) == 10 and set(modes.values()) == {oct(mode)}, modes  # summary.json, 6 formats, 2 hosts, the index
+    # summary.json, 6 formats, 2 hosts, the findings index, report.html's details file
+    assert len(made) == 11 and set(modes.values()) == {oct(mode)}, modes
 
 
 def test_gate_applies_a_new_waiver_file(run_dir, tmp_path):
