@@ -32,7 +32,8 @@ def makefile_cores() -> dict:
 
 
 def project_core() -> str:
-    with open(os.path.join(ROOT, "requirements.txt")) as handle:
+    """The project's own core: its pin in constraints.txt (requirements.txt names it unpinned)."""
+    with open(os.path.join(ROOT, "constraints.txt")) as handle:
         return re.search(r"^ansible-core==(\S+)", handle.read(), re.M).group(1)
 
 
