@@ -96,7 +96,10 @@ def test_merged_slices_report_what_the_full_run_reported(runs):
     slices = [reports / name for name in SLICES]
     for folder, hosts in zip(slices, SLICES.values()):
         assert sorted(h["host"] for h in load_json(str(folder / "summary.json"))["hosts"]) == sorted(hosts)
-    rc, out, err = merge(runs, reports / "merged", *slices)
+    # --store off: the full run and the slices are nights of the embedded store by now, so the
+    # merged summary.md would add their history (open since, trend), which the full run, the
+    # store's first night, could not have
+    rc, out, err = merge(runs, reports / "merged", *slices, extra=("--store", "off"))
     assert rc == 2, err + out  # incomplete, as the full run: gone-1 could not be audited
     full, merged = reports / "full", reports / "merged"
     assert os.path.realpath(str(reports / "latest")) == str(merged)
