@@ -93,9 +93,11 @@ lint-deps: setup
 # real network mount (not `make audit`: it must not put an SSH server on the machine it audits).
 # xfsprogs: a real xfs on a loop device, listed as not audited (tests/integration/test_live_usage.py).
 # postgresql: the results store's tests start its server in a throw-away cluster (tests/conftest.py;
-# where systemd runs, installing it also starts Debian's own cluster on :5432).
-TEST_APT_PACKAGES := chromium chromium-driver prometheus openssh-server sshfs xfsprogs postgresql
-TEST_APT_COMMANDS := /usr/bin/chromium /usr/bin/chromedriver /usr/bin/promtool /usr/sbin/sshd sshfs mkfs.xfs /usr/bin/pg_ctlcluster
+# where systemd runs, installing it also starts Debian's own cluster on :5432). packer (1.6.6, its
+# qemu builder and ansible provisioner built in): the example image build the audit gates
+# (examples/packer, tests/vm/test_packer_build.py).
+TEST_APT_PACKAGES := chromium chromium-driver prometheus openssh-server sshfs xfsprogs postgresql packer
+TEST_APT_COMMANDS := /usr/bin/chromium /usr/bin/chromedriver /usr/bin/promtool /usr/sbin/sshd sshfs mkfs.xfs /usr/bin/pg_ctlcluster /usr/bin/packer
 test-deps: lint-deps sarif-multitool ansible-cores galaxy-importer
 	@for c in $(TEST_APT_COMMANDS); do command -v $$c >/dev/null || missing=1; done; \
 	if [ -n "$$missing" ]; then echo "installing $(TEST_APT_PACKAGES)"; $(APT_GET) update -q && \

@@ -168,6 +168,14 @@ def test_make_audit_installs_only_what_the_audit_needs_and_waits_for_apt():
     assert "openssh-server sshfs" in test_deps, test_deps
 
 
+def test_make_test_deps_installs_packer():
+    """tests/vm/test_packer_build.py skips without packer, so `make test` on a fresh machine must
+    install it: Debian's package, when the command is missing."""
+    recipe = subprocess.run(["make", "-n", "test-deps"], cwd=ROOT, stdout=subprocess.PIPE, check=True).stdout.decode()
+    assert re.search(r"install -y -q --no-install-recommends [a-z0-9. +-]*\bpacker\b", recipe), recipe
+    assert re.search(r"for c in [^;]*/usr/bin/packer[ ;]", recipe), recipe
+
+
 def apt_closure(packages):
     """Every package apt would install for `packages`: depends, pre-depends and recommends, recursively,
     read from this machine's real package index."""
