@@ -190,6 +190,31 @@ needs_vm = [
 ]
 
 
+@pytest.fixture(scope="module")
+def vm_image():
+    """The cached bookworm test image (built by playbooks/testhosts/vm_image.yml if missing): its
+    manifest, with the paths of its raw disk and root's login key."""
+    rc, out = ansible_playbook("playbooks/testhosts/vm_image.yml")
+    assert rc == 0, out[-3000:]
+    manifests = glob.glob(os.path.join(VM_IMAGES, "bookworm-*", "manifest.json"))
+    assert len(manifests) == 1, manifests
+    manifest = load_json(manifests[0])
+    folder = os.path.dirname(manifests[0])
+    return dict(manifest, folder=folder, disk=os.path.join(folder, manifest["image"]),
+                key=os.path.join(folder, manifest["ssh_key"]))
+
+
+def qemu_accelerator():
+    """kvm where KVM can run a guest: /dev/kvm and the CPU's vmx or svm flag, what cpu-checker's
+    kvm-ok checks; tcg otherwise. /dev/kvm alone is not enough: these machines have it without
+    the flags, and a KVM guest there never prints its first console line (testhosts/vm/README.md)."""
+    if not os.path.exists("/dev/kvm"):
+        return "tcg"
+    with open("/proc/cpuinfo") as handle:
+        flags = set(word for line in handle if line.startswith("flags") for word in line.split(":", 1)[1].split())
+    return "kvm" if flags & {"vmx", "svm"} else "tcg"
+
+
 def vm_host(run_dir, name):
     """A VM's host variables from the inventory snippet vm_up.yml wrote for it."""
     with open(os.path.join(str(run_dir), "inventory", name + ".yml")) as handle:

@@ -7,16 +7,13 @@ left: no work folder, no qemu, and the image unchanged.
 
 Slow: about 4-5 minutes (one TCG boot and a 16-run probe). Needs root, qemu, debootstrap."""
 
-import glob
 import json
 import os
 import random
 import subprocess
 import time
 
-import pytest
-
-from conftest import (ROOT, VENV_BIN, VM_IMAGES, ansible_playbook, failing_rules, load_json, needs_vm, qemu_processes,
+from conftest import (ROOT, VENV_BIN, ansible_playbook, failing_rules, load_json, needs_vm, qemu_processes,
                       run, upgradable_data_corruption)
 
 from ext4audit.parsers import ext4_parsers
@@ -25,17 +22,6 @@ from ext4audit.parsers import ext4_parsers
 COMPARED = ("data", "delalloc", "auto_da_alloc", "barrier", "discard", "commit", "errors", "journal_async_commit")
 
 pytestmark = needs_vm
-
-
-@pytest.fixture(scope="module")
-def vm_image():
-    rc, out = ansible_playbook("playbooks/testhosts/vm_image.yml")
-    assert rc == 0, out[-3000:]
-    manifests = glob.glob(os.path.join(VM_IMAGES, "bookworm-*", "manifest.json"))
-    assert len(manifests) == 1, manifests
-    manifest = load_json(manifests[0])
-    folder = os.path.dirname(manifests[0])
-    return dict(manifest, disk=os.path.join(folder, manifest["image"]), key=os.path.join(folder, manifest["ssh_key"]))
 
 
 def image_facts(tmp_path, **args):
