@@ -279,7 +279,12 @@ def timed_report(argv, interval=0.01, cwd=ROOT):
 
 def profile_child(argv):
     """In this process: the report command with its steps timed (--profile-child). Prints JSON."""
-    from ext4audit import baseline, catalog, cli, fleet, reports, terminal, waivers, writers
+    from ext4audit.cli import commands as cli
+    from ext4audit.formats import terminal
+    from ext4audit.formats import writers
+    from ext4audit.report import baseline, reports
+    from ext4audit.steps import fleet
+    from ext4audit.rules import catalog, waivers
     steps, depth = {}, [0]
 
     def hwm():
@@ -364,7 +369,7 @@ def sizes_of(run):
 
 
 def sarif_limits(run):
-    """report.sarif against GitHub code scanning's limits (ext4audit/sarif.py): its results, its
+    """report.sarif against GitHub code scanning's limits (ext4audit/formats/sarif.py): its results, its
     gzipped bytes and what it had to leave out."""
     with open(os.path.join(run, "report.sarif"), "rb") as handle:
         data = handle.read()

@@ -18,7 +18,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "roles", "chopper_probe", "files")]
 import ext4_probe as probe  # noqa: E402
-from ext4audit import probe as plan_mod  # noqa: E402
+from ext4audit.probe import analysis as plan_mod  # noqa: E402
 
 MKFS = {"block_size": 4096, "inode_size": None, "journal_bytes": 0, "features": []}
 OPTIONS = ["delalloc", "noinit_itable"]

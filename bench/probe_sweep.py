@@ -20,7 +20,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from ext4audit import probe as probe_mod  # noqa: E402
+from ext4audit.probe import analysis as probe_mod  # noqa: E402
 
 PROBE = os.path.join(ROOT, "roles", "chopper_probe", "files", "ext4_probe.py")
 # A typical data filesystem: mke2fs defaults for a 100 GiB disk, default mount options.

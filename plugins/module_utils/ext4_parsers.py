@@ -17,7 +17,7 @@ import re
 import struct
 import uuid
 
-# Constants both sides of the audit use (the controller's ext4audit/contract.py reads them here:
+# Constants both sides of the audit use (the controller's ext4audit/model/contract.py reads them here:
 # target code cannot import the controller package).
 FACTS_SCHEMA = "ext4-fleet-audit/facts/v1"  # library/ext4_facts.py, ext4_image_facts.py
 PROBE_RESULT_SCHEMA = "ext4-fleet-audit/probe-result/v1"  # the probe's OUT.json
@@ -281,7 +281,7 @@ def parse_size(text):
 
 # The superblock facts parse_dumpe2fs gives: (name, type, description), in the order the modules'
 # RETURN blocks list them (ext4_facts, ext4_image_facts: tools/module_return.py writes those from
-# this table; the controller's fact paths, ext4audit/fact_paths.py, are its names).
+# this table; the controller's fact paths, ext4audit/model/fact_paths.py, are its names).
 SUPERBLOCK_FIELDS = (
     ("block_count", "int", "Blocks."),
     ("block_size", "int", "Block size in bytes."),

@@ -1,4 +1,4 @@
-"""ext4audit/fact_paths.py against a live facts record: the real ext4_facts module, run by ansible,
+"""ext4audit/model/fact_paths.py against a live facts record: the real ext4_facts module, run by ansible,
 on a loop-mounted ext4 with a journal, non-default options and an fstab entry, beside a real
 network mount (sshfs over a loopback sshd). Every key the record has is a path rules may read (so
 no real fact is refused as a typo), and the listed keys of the fixed-shape parts are exactly the
@@ -6,7 +6,8 @@ record's (so no listed path is one the module never fills)."""
 
 from ext4audit.parsers import ext4_parsers
 from conftest import needs_root
-from ext4audit import engine, fact_paths
+from ext4audit.model import fact_paths
+from ext4audit.rules import engine
 from test_module_errors import run_module
 
 pytestmark = needs_root

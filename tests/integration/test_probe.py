@@ -254,7 +254,7 @@ def own_leftovers(scratch_dir):
 
 def test_sigkill_mid_sweep_then_next_run_leaves_nothing(tmp_path, loopfs):
     """A killed probe cannot clean up; its next start must, without touching anyone else's loop device."""
-    from ext4audit import probe as plan_mod
+    from ext4audit.probe import analysis as plan_mod
     decoy = loopfs.make("decoy", size="64M")
     scratch_dir = "/dev/shm/ext4-audit-probe-kill-%d" % os.getpid()
     # A sweep long enough (4,096 runs, ~20 s) that each kill lands while it runs, on any machine.
@@ -279,7 +279,7 @@ def test_sigkill_mid_sweep_then_next_run_leaves_nothing(tmp_path, loopfs):
 
 
 def test_sigterm_cleans_up_at_once(tmp_path):
-    from ext4audit import probe as plan_mod
+    from ext4audit.probe import analysis as plan_mod
     scratch_dir = "/dev/shm/ext4-audit-probe-term-%d" % os.getpid()
     (tmp_path / "job.json").write_text(json.dumps(make_job(scratch_dir, plan=plan_mod.make_plan(7, 256))))
     proc = subprocess.Popen([sys.executable, PROBE_PATH, "run", str(tmp_path / "job.json"), str(tmp_path / "out.json")],
@@ -341,7 +341,7 @@ def test_foreign_scratch_directory_is_refused(tmp_path):
 
 
 def test_scratch_cap_stops_the_sweep_with_a_clear_reason(tmp_path):
-    from ext4audit import probe as plan_mod
+    from ext4audit.probe import analysis as plan_mod
     scratch_dir = "/dev/shm/ext4-audit-probe-cap-%d" % os.getpid()
     result, _ = run_probe(tmp_path, make_job(scratch_dir, plan=plan_mod.make_plan(7, 64), scratch_cap_bytes=6 << 20))
     assert result["status"] == "partial"
@@ -353,7 +353,7 @@ def test_scratch_cap_stops_the_sweep_with_a_clear_reason(tmp_path):
 def test_allocator_diagnosis_on_loop_devices(tmp_path):
     """The four experiments for real, on scratch loop devices: the section's shape, each verdict
     one of three with a p value in [0, 1], within a few seconds, and a record the controller takes."""
-    from ext4audit import probe as controller
+    from ext4audit.probe import analysis as controller
 
     scratch_dir = "/dev/shm/ext4-audit-probe-allocator-%d" % os.getpid()
     started = time.monotonic()

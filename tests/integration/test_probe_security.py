@@ -76,7 +76,7 @@ def run_probe(tmp_path, job):
 
 
 def a_plan(runs):
-    from ext4audit import probe as plan_mod
+    from ext4audit.probe import analysis as plan_mod
     return plan_mod.make_plan(7, runs)
 
 

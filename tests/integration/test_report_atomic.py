@@ -26,7 +26,7 @@ import xml.etree.ElementTree as ET
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ext4audit import writers
+from ext4audit.formats import writers
 from ext4audit.parsers import ext4_parsers, kernel_version
 from conftest import ROOT, VENV_BIN, fixture_text
 

@@ -1,9 +1,9 @@
-"""ext4audit/boot_tools.py: what an image's GRUB and e2fsck read, by the versions in its dpkg
+"""ext4audit/rules/boot_tools.py: what an image's GRUB and e2fsck read, by the versions in its dpkg
 database (rules/boot_tools.yml). End to end on real images: tests/integration/test_image_facts.py."""
 
 import pytest
 
-from ext4audit import boot_tools
+from ext4audit.rules import boot_tools
 from ext4audit.parsers import ext4_parsers
 
 

@@ -1,4 +1,4 @@
-"""The contract (ext4audit/contract.py): the published JSON Schemas are the models' (regenerated
+"""The contract (ext4audit/model/contract.py): the published JSON Schemas are the models' (regenerated
 here, compared byte for byte), valid JSON Schemas, and true to the shipped rule catalog and
 example waivers; a constant both sides of the audit use exists once, and the Ansible side's
 copies (argument specs, defaults, the modules' documentation) are checked against it."""
@@ -14,7 +14,9 @@ import pytest
 import yaml
 
 from conftest import ROOT, module_return_doc
-from ext4audit import DEFAULT_FAIL_ON, EXIT_CODES, SEVERITIES, contract, fact_paths
+from ext4audit import DEFAULT_FAIL_ON, EXIT_CODES, SEVERITIES
+from ext4audit.model import contract
+from ext4audit.model import fact_paths
 from ext4audit.parsers import ext4_parsers
 
 
@@ -39,7 +41,7 @@ def test_the_published_schemas_are_the_models(tmp_path):
     for name in contract.SCHEMAS:
         with open(os.path.join(contract.SCHEMAS_DIR, name), encoding="utf-8") as published:
             assert published.read() == (tmp_path / name).read_text(encoding="utf-8"), \
-                "schemas/%s differs from ext4audit/contract.py's model: run make schemas" % name
+                "schemas/%s differs from ext4audit/model/contract.py's model: run make schemas" % name
 
 
 @pytest.mark.parametrize("name", sorted(contract.SCHEMAS))

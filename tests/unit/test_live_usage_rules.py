@@ -11,8 +11,13 @@ import os
 import pytest
 
 from conftest import ROOT, fixture_text
-from ext4audit import catalog as catalog_mod, contract, engine, fleet, html as report_html, markdown, policy, reports
-from ext4audit import safe_yaml, terminal
+from ext4audit.formats import html as report_html, markdown
+from ext4audit.model import contract
+from ext4audit.report import reports
+from ext4audit.steps import fleet
+from ext4audit.rules import catalog as catalog_mod, engine, policy
+from ext4audit.formats import terminal
+from ext4audit.model import safe_yaml
 from ext4audit.parsers import ext4_parsers as p
 from test_rules import CATALOG, facts
 

@@ -20,7 +20,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from ext4audit.parsers import ext4_parsers as p, kernel_version as kv
-from ext4audit import waivers
+from ext4audit.rules import waivers
 
 settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True, database=None,
                           suppress_health_check=[HealthCheck.too_slow])

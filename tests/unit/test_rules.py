@@ -10,7 +10,9 @@ import pytest
 
 from ext4audit.parsers import ext4_parsers as p, kernel_version
 from conftest import ROOT, fixture_text
-from ext4audit import catalog as catalog_mod, contract, engine, probe, safe_yaml
+from ext4audit.model import contract, safe_yaml
+from ext4audit.probe import analysis as probe
+from ext4audit.rules import catalog as catalog_mod, engine
 
 CATALOG = catalog_mod.load()
 DEFAULT_OPTIONS = p.parse_ext4_options(fixture_text("ext4_options", "kernel-6.18-defaults.txt"))
@@ -298,7 +300,7 @@ def test_a_catalog_without_aliases_is_read_by_libyaml(monkeypatch, tmp_path):
 
 def test_the_fact_paths_are_what_the_engine_computes():
     """derived and host are the engine's own facts: fact_paths lists exactly those."""
-    from ext4audit import fact_paths
+    from ext4audit.model import fact_paths
     record = facts()
     assert set(engine.filesystem_context(record["filesystems"][0], record)["derived"]) == set(fact_paths.DERIVED)
     assert set(engine.host_context(record)["host"]) == set(fact_paths.HOST)
@@ -308,7 +310,7 @@ def test_the_fact_paths_are_what_the_engine_computes():
 def test_the_fact_paths_cover_every_fixture():
     """Every superblock field, option and jbd2 statistic in the real output kept as fixtures is a
     path rules may read (tests/integration/test_fact_paths.py checks a live facts record)."""
-    from ext4audit import fact_paths
+    from ext4audit.model import fact_paths
     for name in os.listdir(os.path.join(ROOT, "tests", "fixtures", "dumpe2fs")):
         assert set(p.parse_dumpe2fs(fixture_text("dumpe2fs", name))) == set(fact_paths.SUPERBLOCK), name
     for name in os.listdir(os.path.join(ROOT, "tests", "fixtures", "ext4_options")):
