@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from . import SEVERITIES, catalog, reports, safe_yaml, severity_rank
 from . import store as store_pkg
-from .parsers import ext4_parsers
+from .parsers.ext4_parsers.superblock import e2fsprogs_default_journal_blocks
 from .store import history, schema
 
 PATH = os.path.join(catalog.RULES_DIR, "remediation.yml")
@@ -90,7 +90,7 @@ def _check_choice(choice: Any, where: str) -> None:
 
 def journal_mib(superblock: Dict[str, Any]) -> Optional[int]:
     """The journal mke2fs >= 1.43.2 makes for this filesystem's size, in MiB."""
-    blocks = ext4_parsers.e2fsprogs_default_journal_blocks(superblock.get("block_count") or 0)
+    blocks = e2fsprogs_default_journal_blocks(superblock.get("block_count") or 0)
     if not blocks or not superblock.get("block_size"):
         return None
     return blocks * superblock["block_size"] // (1024 * 1024)

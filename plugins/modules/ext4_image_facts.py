@@ -258,7 +258,7 @@ ext4_image_facts:
           returned: always
           type: dict
           contains:
-            # superblock fields: written by tools/module_return.py from ext4_parsers.SUPERBLOCK_FIELDS
+            # superblock fields: written by tools/module_return.py from ext4_parsers.superblock.SUPERBLOCK_FIELDS
             block_count:
               description: Blocks.
               type: int
@@ -739,12 +739,23 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers import (
-    EXT4_DRIVER_TYPES, FACTS_SCHEMA, NETFS_TYPES, ParseError, ext_fstype, fstab_drift, fstab_long_line,
-    fstab_mount_tokens, fstab_not_audited, fstab_spec_target, has_ext_magic, infer_options, option_map,
-    parse_bzimage_version, parse_debugfs_fast_link, parse_debugfs_ls,
-    parse_dpkg_status, parse_dumpe2fs, parse_dumpe2fs_identity, parse_fstab, parse_grub_first_kernel, parse_os_release,
-    parse_build_info, image_identity, parse_partition_table, plain_image_path, release_sort_key,
+from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers.common import (
+    EXT4_DRIVER_TYPES, FACTS_SCHEMA, NETFS_TYPES, ParseError,
+)
+from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers.disk_image import (
+    has_ext_magic, parse_bzimage_version, parse_debugfs_fast_link, parse_debugfs_ls, parse_partition_table,
+    plain_image_path,
+)
+from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers.fstab import (
+    fstab_drift, fstab_long_line, fstab_mount_tokens, fstab_not_audited, fstab_spec_target, parse_fstab,
+)
+from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers.kernel_defaults import infer_options
+from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers.mounts import option_map
+from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers.os_files import (
+    image_identity, parse_build_info, parse_dpkg_status, parse_grub_first_kernel, parse_os_release, release_sort_key,
+)
+from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers.superblock import (
+    ext_fstype, parse_dumpe2fs, parse_dumpe2fs_identity,
 )
 from ansible_collections.ext4audit.fleet.plugins.module_utils.capped_command import CommandTimeout, run_capped
 from ansible_collections.ext4audit.fleet.plugins.module_utils.disk_formats import FORMATS, QEMU_DRIVERS, FormatError
