@@ -10,13 +10,14 @@ import os
 import re
 import sys
 import textwrap
+import types
 
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _superblock():
+def _superblock() -> types.ModuleType:
     """plugins/module_utils/ext4_parsers/superblock.py (stdlib only), imported from this checkout by
     its path (plugins and module_utils are namespace packages here): the table's one place."""
     sys.path.insert(0, ROOT)

@@ -19,6 +19,7 @@ import base64
 import json
 import os
 import secrets
+from typing import Optional
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -37,7 +38,7 @@ class ActionModule(ActionBase):
         # Set on the instance: ActionBase.__init__ of ansible-core before 2.19 sets it False there.
         self._supports_async = True
 
-    def run(self, tmp=None, task_vars=None):
+    def run(self, tmp: Optional[str] = None, task_vars: Optional[dict] = None) -> dict:
         result = super().run(tmp, task_vars)
         job = self._task.args.get("job")
         if not isinstance(job, dict):

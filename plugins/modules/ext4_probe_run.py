@@ -156,7 +156,7 @@ def sweep_stale(parent):
         os.close(parent_fd)
 
 
-def write(dir_fd, name, data):
+def write(dir_fd: int, name: str, data: bytes) -> None:
     fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     with os.fdopen(fd, "wb") as out:
         out.write(data)
@@ -172,7 +172,7 @@ def read(dir_fd, name, limit):
         return handle.read(limit + 1)
 
 
-def remove_files(dir_fd):
+def remove_files(dir_fd: int) -> None:
     """Removes what this module and the probe wrote in the directory."""
     for name in FILES + EARLIER_FILES + OUTPUTS:
         try:
@@ -188,7 +188,7 @@ def remove(dir_fd, path):
     os.rmdir(path)
 
 
-def run_probe(params, dir_fd, workdir):
+def run_probe(params: dict, dir_fd: int, workdir: str) -> dict:
     # binascii.Error on anything but base64 is a ValueError: the module fails with it
     write(dir_fd, "ext4_probe.pyz", base64.b64decode(params["probe"], validate=True))
     job = dict(params["job"], progress_file=os.path.join(workdir, "progress.log"))

@@ -102,7 +102,7 @@ def mkdir_existing_latency(path, iterations=200):
     return percentile(latencies, 0.5)
 
 
-def mkdir_latency_child(path):
+def mkdir_latency_child(path: str) -> float:
     # as the probe itself is started (ext4_probe_run): isolated, no site-packages, no bytecode beside
     # it; sys.argv[0] is the payload this process runs (job.main's mkdir-latency answers)
     out = subprocess.run([sys.executable, "-I", "-S", "-B", os.path.abspath(sys.argv[0]), "mkdir-latency", path],

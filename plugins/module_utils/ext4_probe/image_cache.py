@@ -25,7 +25,7 @@ CACHE_FORMAT = 1  # what a cache entry is; raise it when that changes
 CACHE_RECORD_MAX = 64 * 1024  # an entry's record is a few hundred bytes
 
 
-def build_environment():
+def build_environment() -> dict:
     """What shapes a pristine image besides its own settings: the kernel whose allocator
     fragments it, the mke2fs that makes it, and this code (hole sizes, mkfs arguments)."""
     uname = os.uname()
@@ -35,7 +35,7 @@ def build_environment():
             "mke2fs": mke2fs.stdout.strip()[:200], "probe": code_digest()}
 
 
-def code_digest():
+def code_digest() -> str:
     """sha256 of the probe's modules as this process loaded them (from the payload's zip or from a
     checkout: their loader reads either), each under its name within the package."""
     package = __name__.rsplit(".", 1)[0]
