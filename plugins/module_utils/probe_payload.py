@@ -20,7 +20,7 @@ PACKAGE = "module_utils"  # the payload's top package: the probe's relative impo
 PACKAGES = ("ext4_probe", "ext4_parsers")
 NAME = "ext4_probe.pyz"  # what ext4_probe_run writes it as
 # -I puts the zip itself (not its folder) first on sys.path: the packages are found inside it.
-MAIN = "import sys\nfrom %s.ext4_probe.job import main\nsys.exit(main(sys.argv[1:]))\n" % PACKAGE
+MAIN = "import sys\nfrom %s.ext4_probe.job import main\nraise SystemExit(main(sys.argv[1:]))\n" % PACKAGE
 
 
 def build(source: str = HERE) -> bytes:

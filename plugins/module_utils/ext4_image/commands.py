@@ -76,7 +76,6 @@ def file_kind(mode):
     return "mode %o" % mode
 
 
-
 class ImageBase:
     """What every part of the check shares: its state, its errors, the tools and the commands it runs."""
 

@@ -7,7 +7,8 @@
 
 Exit codes: 0 ok or partial, 1 error, 2 the job cannot be read, 3 stopped by a signal,
 4 refused (the scratch path is not the probe's own, or another probe holds it); OUT.json says
-which and why for 0, 1 and 4.
+which and why for 0, 1 and 4. A program of its own, not an Ansible module: it writes its own
+stdout and stderr, which ext4_probe_run reads, and main() returns its exit code.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -163,7 +164,8 @@ class Progress:
 
     def __call__(self, text):
         line = "ext4_probe: " + text
-        print(line, file=sys.stderr, flush=True)
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
         if self.fd is not None:
             os.write(self.fd, (line + "\n").encode("utf-8", "replace"))
 
@@ -179,7 +181,7 @@ def main(argv):
         try:
             job = load_job(argv[1])
         except (OSError, ValueError, ProbeError) as exc:
-            print("ext4_probe: cannot read the job: %s" % exc, file=sys.stderr)
+            sys.stderr.write("ext4_probe: cannot read the job: %s\n" % exc)
             return 2
         progress = Progress(job.get("progress_file"))
         try:
@@ -195,15 +197,12 @@ def main(argv):
             with Scratch(argv[1], 0):
                 pass
         except Refused as exc:
-            print("ext4_probe: refused: %s" % exc, file=sys.stderr)
+            sys.stderr.write("ext4_probe: refused: %s\n" % exc)
             return REFUSED_EXIT
         return 0
     if len(argv) == 2 and argv[0] == "mkdir-latency":
-        print(mkdir_existing_latency(argv[1]))
+        sys.stdout.write("%s\n" % mkdir_existing_latency(argv[1]))
         return 0
-    print(__doc__, file=sys.stderr)
+    sys.stderr.write(__doc__ + "\n")
     return 2
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
