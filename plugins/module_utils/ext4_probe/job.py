@@ -205,4 +205,3 @@ def main(argv):
         return 0
     sys.stderr.write(__doc__ + "\n")
     return 2
-
