@@ -5,7 +5,7 @@
 
 For every distinct (DiskSize, UsedRatio, FreeSpaceLayout) of the plan, builds the image of a
 journal-less replica (this machine's root: no journal, mounted with discard) twice, as
-ext4_probe.Images does, once mounted with `discard` and once without, and compares each block
+ext4_probe/image_cache.py Images does, once mounted with `discard` and once without, and compares each block
 group's free block ranges (dumpe2fs). Prints the build time of each way and the mismatches.
 """
 
