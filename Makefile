@@ -223,7 +223,7 @@ schemas: setup
 role-readmes: setup
 	$(VENV)/bin/python tools/role_readme.py
 
-# The superblock fields of ext4_facts' and ext4_image_facts' RETURN blocks, from ext4_parsers.SUPERBLOCK_FIELDS.
+# The superblock fields of ext4_facts' and ext4_image_facts' RETURN blocks, from ext4_parsers.superblock.SUPERBLOCK_FIELDS.
 module-returns: setup
 	$(VENV)/bin/python tools/module_return.py
 

@@ -30,13 +30,9 @@ import msgspec
 from msgspec import Meta, Struct
 
 from ext4audit import ROOT, SEVERITIES
-from ext4audit.model import safe_yaml
-from ext4audit.model import fact_paths
-from ext4audit.parsers import ext4_parsers
+from ext4audit.model import fact_paths, safe_yaml
+from ext4audit.parsers.ext4_parsers.common import CONFIRMATION_PROBES as PROBES, FACTS_SCHEMA, PROBE_RESULT_SCHEMA
 
-FACTS_SCHEMA = ext4_parsers.FACTS_SCHEMA
-PROBE_RESULT_SCHEMA = ext4_parsers.PROBE_RESULT_SCHEMA
-PROBES = ext4_parsers.CONFIRMATION_PROBES
 HOST_REPORT_SCHEMA = "ext4-fleet-audit/host-report/v1"
 SUMMARY_SCHEMA = "ext4-fleet-audit/summary/v1"
 FINDINGS_INDEX_SCHEMA = "ext4-fleet-audit/findings-index/v1"
@@ -90,7 +86,7 @@ class Kernel(Struct):
 
 
 class Superblock(Struct):
-    """dumpe2fs -h, parsed (ext4_parsers.parse_dumpe2fs); more keys than these are kept."""
+    """dumpe2fs -h, parsed (ext4_parsers.superblock.parse_dumpe2fs); more keys than these are kept."""
     block_size: Optional[int] = None
     block_count: Optional[int] = None
     blocks_per_group: Optional[int] = None
@@ -134,7 +130,7 @@ class Filesystem(Mount):
 
 
 class NetworkMount(Mount):
-    """A network filesystem mount (ext4_parsers.NETFS_TYPES)."""
+    """A network filesystem mount (ext4_parsers.common.NETFS_TYPES)."""
     source: Optional[str] = None
 
 
@@ -246,7 +242,7 @@ class ProbeRun(Struct, kw_only=True):  # kw_only: the required fields of a subcl
 
 
 class ProbeResult(ProbeRun):
-    """What the probe (roles/chopper_probe/files/ext4_probe.py) writes as its OUT.json."""
+    """What the probe (plugins/module_utils/ext4_probe) writes as its OUT.json."""
     schema: Literal[PROBE_RESULT_SCHEMA]
     status: Optional[str] = None
     sweep: Optional[Sweep] = None

@@ -10,9 +10,9 @@ A new scope or a new fact is added here, once.
 Each root lists its keys; "a.b" is a key b inside the mapping a.
 """
 
-from ext4audit.parsers import ext4_parsers
+from ext4audit.parsers.ext4_parsers.superblock import SUPERBLOCK_FIELDS
 
-# Effective mount options as engine.filesystem_context names them (ext4_parsers.option_map:
+# Effective mount options as engine.filesystem_context names them (ext4_parsers.mounts.option_map:
 # nodelalloc -> delalloc, nobarrier and barrier=0 -> barrier, rw/ro -> ro): every name in
 # fs/ext4/super.c's ext4_param_specs (6.18), the removed ones that older kernels still print,
 # and resv_strict, which a vendor 5.7 kernel prints (tests/fixtures/ext4_options).
@@ -29,11 +29,11 @@ OPTIONS = (
     "no_prefetch_block_bitmaps", "mb_optimize_scan", "check", "nocheck", "reservation",
     "noreservation", "journal", "resv_strict",
 )
-# ext4_parsers.parse_dumpe2fs
-SUPERBLOCK = tuple(name for name, _type, _description in ext4_parsers.SUPERBLOCK_FIELDS)
+# ext4_parsers.superblock.parse_dumpe2fs
+SUPERBLOCK = tuple(name for name, _type, _description in SUPERBLOCK_FIELDS)
 # ext4_facts Collector.queue
 QUEUE = ("device", "rotational", "write_cache", "discard_max_bytes", "optimal_io_size", "model", "kind")
-# ext4_parsers.parse_jbd2_info: the head line, then one key per statistics line (kernels 5.10-6.18)
+# ext4_parsers.superblock.parse_jbd2_info: the head line, then one key per statistics line (kernels 5.10-6.18)
 JBD2 = (
     "transactions", "requested", "max_transaction_blocks", "waiting_for_transaction_ms",
     "request_delay_ms", "running_transaction_ms", "transaction_was_being_locked_ms",

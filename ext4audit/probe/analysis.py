@@ -36,7 +36,7 @@ TAIL_QUANTILE = 0.9   # Chopper's tail threshold (fig-5.tail-distribution.r)
 MAX_LISTED_LEVELS = 100000  # a plan lists every level of every factor; more is a mistake
 RECORD_STATUSES = contract.PROBE_STATUSES  # of a host's probe record
 FAILED = ("refused", "failed", "unreachable")  # the probe was meant to run and did not
-# The probe's diagnosis of Chopper's four allocator issues (ext4_probe.py Allocator; docs/probe.md).
+# The probe's diagnosis of Chopper's four allocator issues (ext4_probe/allocator.py Allocator; docs/probe.md).
 ALLOCATOR_ISSUES = {"scheduler_dependency": "Scheduler Dependency", "special_end": "Special End",
                     "shared_global": "Shared Global", "normalization": "Normalization"}
 

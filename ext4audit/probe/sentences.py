@@ -17,7 +17,7 @@ import math
 
 from ext4audit.probe import analysis as probe
 
-# The probe mounts every scratch filesystem with these (ext4_probe.run_job: no background zeroing
+# The probe mounts every scratch filesystem with these (ext4_probe/job.py run_job: no background zeroing
 # of inode tables): they are not part of the configuration a confirmation compares.
 SCRATCH_ONLY_OPTIONS = ("noinit_itable",)
 # What each confirmation probe times, in words (the probe's own metric names say it in jargon).

@@ -14,7 +14,10 @@ from typing import Any, Container, Dict, Optional, Tuple
 
 from ext4audit import severity_rank
 from ext4audit.rules import boot_tools, kernel_records, mount_options, policy
-from ext4audit.parsers import ext4_parsers, kernel_version
+from ext4audit.parsers import kernel_version
+from ext4audit.parsers.ext4_parsers.kernel_defaults import default_mb_optimize_scan
+from ext4audit.parsers.ext4_parsers.mounts import option_map
+from ext4audit.parsers.ext4_parsers.superblock import e2fsprogs_default_journal_blocks, superblock_option_map
 
 _VERSION = re.compile(r"^\d+\.\d+")
 _DEFAULT_ON = {"user_xattr", "acl", "block_validity"}  # baked-in defaults not worth mentioning
@@ -72,12 +75,12 @@ def filesystem_context(fs: dict, facts: dict, option_maps: Optional[dict] = None
     limits (policy.capacity_limits; None: policy.CAPACITY_LIMITS)."""
     options = fs.get("options") or []
     if option_maps is None:
-        opt = ext4_parsers.option_map(options)
+        opt = option_map(options)
     else:
         key = tuple(options)
         opt = option_maps.get(key)
         if opt is None:
-            opt = option_maps[key] = ext4_parsers.option_map(options)
+            opt = option_maps[key] = option_map(options)
     sb = fs.get("superblock")
     kernel = facts.get("kernel") or {}
     derived = {
@@ -105,12 +108,12 @@ def filesystem_context(fs: dict, facts: dict, option_maps: Optional[dict] = None
     derived["block_use"], derived["inode_use"] = _use_shares(counts)
     if sb:
         derived["journal_present"] = "has_journal" in sb["features"]
-        default_blocks = ext4_parsers.e2fsprogs_default_journal_blocks(sb["block_count"] or 0)
+        default_blocks = e2fsprogs_default_journal_blocks(sb["block_count"] or 0)
         if default_blocks and sb.get("block_size"):
             derived["journal_default_bytes"] = default_blocks * sb["block_size"]
             if sb.get("journal_bytes"):
                 derived["journal_ratio"] = sb["journal_bytes"] / float(derived["journal_default_bytes"])
-        derived["mb_optimize_scan"] = ext4_parsers.default_mb_optimize_scan(sb)
+        derived["mb_optimize_scan"] = default_mb_optimize_scan(sb)
         if sb.get("block_size") and kernel.get("page_size"):
             derived["block_smaller_than_page"] = sb["block_size"] < kernel["page_size"]
         if sb.get("block_size") and sb.get("reserved_block_count") is not None:
@@ -469,7 +472,7 @@ def _tib(value):
 
 def _baked(fields):
     baked = sorted(name if value is True else ("no" + name if value is False else "%s=%s" % (name, value))
-                   for name, value in ext4_parsers.superblock_option_map(fields.sb).items() if name not in _DEFAULT_ON)
+                   for name, value in superblock_option_map(fields.sb).items() if name not in _DEFAULT_ON)
     return (", set in the superblock: " + " ".join(baked)) if baked else ""
 
 

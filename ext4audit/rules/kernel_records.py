@@ -25,7 +25,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 from ext4audit import severity_rank
 from ext4audit.model import contract, safe_yaml
 from ext4audit.rules import RULES_DIR
-from ext4audit.parsers import ext4_parsers, kernel_version
+from ext4audit.parsers import kernel_version
+from ext4audit.parsers.ext4_parsers.kernel_defaults import default_mb_optimize_scan
+from ext4audit.parsers.ext4_parsers.mounts import option_map
 
 DATA_FILE = os.path.join(RULES_DIR, "kernel_cna_records.json")
 BRANCHES_FILE = os.path.join(os.path.dirname(DATA_FILE), "kernel_branches.yml")
@@ -333,7 +335,7 @@ def action_text(doc: dict, kernel: dict, action: str, items: List[dict]) -> str:
 # The features a record may need (its `needs`, reviewed record by record in
 # rules/kernel_record_classes.yml): feature -> in_use(fs, options), whether one ext4 filesystem
 # (its facts: the superblock as dumpe2fs prints it, features by the names dumpe2fs gives them; and
-# its mount options in effect, as ext4_parsers.option_map) uses it. Only called for a filesystem
+# its mount options in effect, as ext4_parsers.mounts.option_map) uses it. Only called for a filesystem
 # whose superblock was read.
 _QUOTA_OPTIONS = ("quota", "usrquota", "grpquota", "prjquota", "usrjquota", "grpjquota")
 _DAX_ON = (True, "always", "inode")  # dax (the old spelling of dax=always), dax=always, dax=inode
@@ -367,7 +369,7 @@ def _mb_optimize_scan_in_use(fs: dict, options: dict) -> bool:
     option = options.get("mb_optimize_scan")
     if option is not None:
         return option == "1"
-    return ext4_parsers.default_mb_optimize_scan(fs["superblock"]) is not False
+    return default_mb_optimize_scan(fs["superblock"]) is not False
 
 
 RELEVANCE = {
@@ -396,7 +398,7 @@ class FeaturesInUse(dict):
     def __missing__(self, feature):
         in_use = RELEVANCE[feature]
         if self.options is None:
-            self.options = [ext4_parsers.option_map(fs.get("options") or ()) for fs in self.filesystems]
+            self.options = [option_map(fs.get("options") or ()) for fs in self.filesystems]
         self[feature] = used = any(not fs.get("superblock") or in_use(fs, options)
                                    for fs, options in zip(self.filesystems, self.options))
         return used

@@ -16,8 +16,8 @@ from ext4audit.model import safe_yaml
 from ext4audit.report import reports
 from ext4audit.rules import catalog
 from ext4audit import store as store_pkg
-from ext4audit.parsers import ext4_parsers
 from ext4audit.store import history, schema
+from ext4audit.parsers.ext4_parsers.superblock import e2fsprogs_default_journal_blocks
 
 PATH = os.path.join(catalog.RULES_DIR, "remediation.yml")
 SCHEMA = "ext4-fleet-audit/remediation/v1"
@@ -93,7 +93,7 @@ def _check_choice(choice: Any, where: str) -> None:
 
 def journal_mib(superblock: Dict[str, Any]) -> Optional[int]:
     """The journal mke2fs >= 1.43.2 makes for this filesystem's size, in MiB."""
-    blocks = ext4_parsers.e2fsprogs_default_journal_blocks(superblock.get("block_count") or 0)
+    blocks = e2fsprogs_default_journal_blocks(superblock.get("block_count") or 0)
     if not blocks or not superblock.get("block_size"):
         return None
     return blocks * superblock["block_size"] // (1024 * 1024)

@@ -142,7 +142,7 @@ def test_probe_killed_mid_sweep_is_cleaned_up_by_the_next_run(tmp_path):
                 cmdline = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
             except OSError:
                 continue
-            if any(arg.endswith(b"ext4_probe.py") for arg in cmdline) and b"run" in cmdline and \
+            if any(arg.endswith(b"ext4_probe.pyz") for arg in cmdline) and b"run" in cmdline and \
                     ours(cmdline, scratch_dir):
                 victim = int(pid)
         if victim:
