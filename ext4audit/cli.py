@@ -13,7 +13,7 @@ import sys
 import traceback
 
 from . import DEFAULT_FAIL_ON, ERROR, SEVERITIES, severity_rank, catalog as catalog_mod, contract, kernel_gate, kernel_records, probe, reports, waivers as waivers_mod
-from . import baseline as baseline_mod, fleet, store as store_mod, html, markdown, merge, policy as policy_mod, terminal, version, writers
+from . import baseline as baseline_mod, fleet, host_report, store as store_mod, html, markdown, merge, policy as policy_mod, terminal, version, writers
 from .parsers import run_folder
 from .store import commands as store_commands
 
@@ -109,7 +109,7 @@ def _report(args, run_dir):
                     if base else None)
             summary = reports.summarize_digests(digests, run_id, args.fail_on, args.unreachable_incomplete, now,
                                                 baseline=diff, fail_on_new=args.fail_on_new)
-            fleet.put_hosts_in_place(run_dir, job.staging)
+            fleet.put_hosts_in_place(job, run_dir, job.staging)
             fleet.write_fleet_files(job, summary, digests)
         finally:
             fleet.discard(job.staging)  # before finish_run's flush: the parts' pages are never written
@@ -132,14 +132,15 @@ def load_host_reports(run_dir):
     paths = sorted(glob.glob(os.path.join(run_dir, "hosts", "*.json")))
     if not paths:
         raise reports.ReportError("no host reports in %s/hosts" % run_dir)
-    return [read_host_report(path, "host report") for path in paths]
+    reader = host_report.Reader(run_dir)
+    return [read_host_report(path, "host report", reader) for path in paths]
 
 
-def read_host_report(path, what):
-    """A host report, decoded through contract.HostReport: a hand-edited or foreign file is a
-    clear error (exit 2) naming the file, host and field, never a traceback."""
-    report = reports.read_json(path, what)
-    contract.check(report, contract.HostReport, "%s %s" % (what, path))
+def read_host_report(path, what, reader=None):
+    """A host report in full (host_report.Reader: either version), checked against its model: a
+    hand-edited or foreign file is a clear error (exit 2) naming the file, host and field, never
+    a traceback."""
+    report = (reader or host_report.Reader(os.path.dirname(os.path.dirname(path)))).read(path, what)
     for number, finding in enumerate(report["findings"]):
         where = "%s %s (host %r): $.findings[%d]" % (what, path, report["host"], number)
         waiver = finding.get("waiver")

@@ -35,7 +35,11 @@ from .parsers import ext4_parsers
 FACTS_SCHEMA = ext4_parsers.FACTS_SCHEMA
 PROBE_RESULT_SCHEMA = ext4_parsers.PROBE_RESULT_SCHEMA
 PROBES = ext4_parsers.CONFIRMATION_PROBES
-HOST_REPORT_SCHEMA = "ext4-fleet-audit/host-report/v1"
+# hosts/<host>.json: v2 refers to the run's shared file and facts record where v1 held copies;
+# v1 is also the full form that host_report.resolve makes of a v2 file (and what older runs hold)
+HOST_REPORT_SCHEMA = "ext4-fleet-audit/host-report/v2"
+FULL_HOST_REPORT_SCHEMA = "ext4-fleet-audit/host-report/v1"
+HOST_REPORT_SHARED_SCHEMA = "ext4-fleet-audit/host-report-shared/v1"
 SUMMARY_SCHEMA = "ext4-fleet-audit/summary/v1"
 FINDINGS_INDEX_SCHEMA = "ext4-fleet-audit/findings-index/v1"
 PROBE_PLAN_SCHEMA = "ext4-fleet-audit/probe-plan/v1"
@@ -333,8 +337,9 @@ class ProbeSection(ProbeRun):
 
 
 class HostReport(Struct):
-    """reports/<run>/hosts/<host>.json."""
-    schema: Literal[HOST_REPORT_SCHEMA]
+    """A host report in full: reports/<run>/hosts/<host>.json of a run reported before schema v2,
+    and what host_report.resolve makes of a v2 file (CompactHostReport)."""
+    schema: Literal[FULL_HOST_REPORT_SCHEMA]
     host: Name
     status: Literal[HOST_STATUSES]
     findings: List[Finding]
@@ -353,6 +358,91 @@ class HostReport(Struct):
     expired_waivers: Optional[List[Object]] = None
     errors: Optional[List[ReadError]] = None
     probe: Optional[ProbeSection] = None
+
+
+SharedFile = typing.Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-][A-Za-z0-9._-]*\.json$")]
+FactsFile = typing.Annotated[str, Meta(pattern=r"^facts/[^/\x00]+\.json$")]
+Place = typing.Annotated[int, Meta(ge=0)]  # an index into a compact host report's targets
+
+
+class CompactFinding(Struct):
+    """A finding of a v2 host report: the full Finding without what the run's shared file holds
+    (the rule's title, base_severity, remediation, references, tags, seed: HostReportShared.rules)
+    and without its nulls; `at` is its place in the report's targets, and shared_evidence names
+    the evidence values kept once in the shared file (evidence key -> HostReportShared.evidence id)."""
+    rule: str
+    severity: Severity
+    waived: bool
+    at: Place
+    message: Optional[str] = None
+    evidence: Optional[Object] = None
+    shared_evidence: Optional[Dict[str, str]] = None
+    waiver: Optional[WaiverMark] = None
+    title: Optional[str] = None
+    base_severity: Optional[Severity] = None
+    escalated_because: Optional[str] = None
+    remediation: Optional[Object] = None
+    references: Optional[List[Any]] = None
+    tags: Optional[List[str]] = None
+    seed: Optional[str] = None
+    confirmation: Optional[FindingConfirmation] = None
+    baseline: Optional[Literal["new", "persisting"]] = None
+
+
+class CompactUndetermined(Struct):
+    """A rule a v2 host report could not decide: its place in targets and the facts it lacked."""
+    rule: str
+    at: Place
+    missing: List[str]
+
+
+class CompactHostReport(Struct):
+    """reports/<run>/hosts/<host>.json (v2): a host report that refers to data written once per
+    run instead of copying it. `shared` names the run folder's file of the rules' texts and the
+    kernel record evidence (HostReportShared), `facts` the host's facts record in the run folder
+    (its filesystems and netfs), `targets` the [mount point, device] places its findings,
+    undetermined and passed rules are at ([null, null]: the host), and `passed` is rule -> places.
+    host_report.resolve makes the full report (HostReport) of it."""
+    schema: Literal[HOST_REPORT_SCHEMA]
+    host: Name
+    status: Literal[HOST_STATUSES]
+    shared: SharedFile
+    findings: List[CompactFinding]
+    targets: List[Tuple[Optional[str], Optional[str]]] = []
+    facts: Optional[FactsFile] = None
+    undetermined: List[CompactUndetermined] = []
+    passed: Dict[str, List[Place]] = {}
+    run_id: Optional[str] = None
+    generated_at: Optional[Stamp] = None
+    groups: Optional[List[str]] = None
+    reason: Optional[str] = None
+    policy: Optional[Policy] = None
+    skipped: Optional[List[Object]] = None
+    kernel: Optional[Kernel] = None
+    not_audited: Optional[List[OtherFilesystem]] = None
+    expired_waivers: Optional[List[Object]] = None
+    errors: Optional[List[ReadError]] = None
+    probe: Optional[ProbeSection] = None
+
+
+class SharedRule(Struct):
+    """What every finding of a rule has in its full form: the catalog's text for it."""
+    title: str
+    base_severity: Severity
+    remediation: Object
+    references: List[Any]
+    tags: List[str]
+    seed: Optional[str] = None
+
+
+class HostReportShared(Struct):
+    """reports/<run>/host-reports-shared.json: what the run's v2 host reports refer to, written
+    once: each rule's text by rule id, and evidence values many hosts share (a kernel's CNA
+    records) by id."""
+    schema: Literal[HOST_REPORT_SHARED_SCHEMA]
+    rules: Dict[str, SharedRule]
+    evidence: Dict[str, Any]
+    run_id: Optional[str] = None
 
 
 # ------------------------------------------------------------------ summary
@@ -813,7 +903,9 @@ SCHEMAS = {
     "probe-record.json": ProbeRecord,
     "probe-result.json": ProbeResult,
     "probe-plan.json": ProbePlan,
-    "host-report.json": HostReport,
+    "host-report.json": CompactHostReport,
+    "host-report-full.json": HostReport,
+    "host-report-shared.json": HostReportShared,
     "summary.json": Summary,
     "findings-index.json": FindingsIndex,
     "kernel-gate.json": KernelGate,

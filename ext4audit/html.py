@@ -32,7 +32,7 @@ import urllib.parse
 import msgspec
 from markupsafe import Markup
 
-from . import SEVERITIES, contract, finding_groups, policy as policy_mod, probe, probe_actions, reports, severity_rank, writers
+from . import SEVERITIES, contract, finding_groups, host_report, policy as policy_mod, probe, probe_actions, reports, severity_rank, writers
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 # A probed host's three pictures take about 0.3 s to draw and 80 KiB of page: a fleet where the
@@ -720,7 +720,7 @@ class Writer(finding_groups.Writer):
             job = self.job
             renderer = Sections({"fail_on": job.fail_on, "fail_on_new": job.fail_on_new}, job.hosts, job.catalog,
                                 job.plotted, job.probes, job.plan)
-            sections = (Markup(renderer.render(reports.read_json(reports.host_report_path(job.run_dir, d["host"]),
-                                                                 "host report"), d))
-                for d in digests if d.get("section"))
+            reader = host_report.Reader(job.run_dir)
+            sections = (Markup(renderer.render(reader.read(reports.host_report_path(job.run_dir, d["host"])), d))
+                        for d in digests if d.get("section"))
         write_page(out, summary, digests, sections, merged, self.job.catalog, self.job.run_dir)

@@ -12,7 +12,7 @@ Every host-provided string goes through md(): GitHub renders Markdown and inline
 import json
 import re
 
-from . import finding_groups, policy as policy_mod, probe, probe_actions, reports, severity_rank, writers
+from . import finding_groups, host_report, policy as policy_mod, probe, probe_actions, reports, severity_rank, writers
 from .store import history as store_history
 
 # The backslash first (the others add one), "&" before the entities.
@@ -329,6 +329,6 @@ class Writer(finding_groups.Writer):
         merged = finding_groups.FindingGroups(self.job.base is not None, GROUP_HOSTS)
         merged.merge_parts(parts)
         shown = [row["host"] for row in sorted(summary["hosts"], key=reports.attention_order)[:MD_HOSTS]]
-        out.write(document(summary, [
-            reports.read_json(reports.host_report_path(self.job.run_dir, host), "host report")
-            for host in shown], merged, getattr(self.job, "history", None)))
+        reader = host_report.Reader(self.job.run_dir)
+        out.write(document(summary, [reader.read(reports.host_report_path(self.job.run_dir, host)) for host in shown],
+                           merged, getattr(self.job, "history", None)))

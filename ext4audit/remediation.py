@@ -11,7 +11,7 @@ rule raised none), so they are respected by reading them."""
 import os
 from typing import Any, Dict, List, Optional, Sequence
 
-from . import SEVERITIES, catalog, reports, safe_yaml, severity_rank
+from . import SEVERITIES, catalog, host_report, reports, safe_yaml, severity_rank
 from . import store as store_pkg
 from .parsers import ext4_parsers
 from .store import history, schema
@@ -159,9 +159,8 @@ def _fill(arg: str, fill: Dict[str, str]) -> str:
 
 
 def read_host_report(run_dir: str, host: str) -> Dict[str, Any]:
-    """hosts/<host>.json of a run folder (the audit's own file name for the host)."""
-    path = reports.host_report_path(run_dir, host)
-    return reports.read_json(path, "host report")
+    """hosts/<host>.json of a run folder (the audit's own file name for the host), in full."""
+    return host_report.Reader(run_dir).read(reports.host_report_path(run_dir, host))
 
 
 def _open_store(location: str) -> Any:
