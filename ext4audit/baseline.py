@@ -76,8 +76,8 @@ class Baseline:
         if any(finding.at >= len(targets) for finding in report.findings):
             raise reports.ReportError("baseline %s: a finding's place (at) is not one of its %d targets" % (
                 file_path, len(targets)))
-        return _host_entry(host, report.status, [contract.IndexedFinding(f.rule, f.severity, *targets[f.at])
-                                                 for f in report.findings])
+        return _host_entry(host, report.status, [contract.IndexedFinding(f.rule, f.severity, targets[f.at][1],
+                                                                         targets[f.at][0]) for f in report.findings])
 
     def check_every_host(self):
         """Read and check every host report of the baseline now (the gate does, before it reads

@@ -140,7 +140,7 @@ def read_host_report(path, what, reader=None):
     """A host report in full (host_report.Reader: either version), checked against its model: a
     hand-edited or foreign file is a clear error (exit 2) naming the file, host and field, never
     a traceback."""
-    report = (reader or host_report.Reader(os.path.dirname(os.path.dirname(path)))).read(path, what)
+    report = (reader or host_report.Reader(host_report.run_of(path))).read(path, what)
     for number, finding in enumerate(report["findings"]):
         where = "%s %s (host %r): $.findings[%d]" % (what, path, report["host"], number)
         waiver = finding.get("waiver")
@@ -200,6 +200,12 @@ def cmd_merge(args):
     except BaseException:  # e.g. a bad waiver file: no half-made run folder is left behind
         merge.discard(args.run_dir)
         raise
+
+
+def cmd_host_report(args):
+    """Print a host report in full (its references to the run's shared file and facts resolved), as JSON."""
+    sys.stdout.write(reports.json_text(read_host_report(args.path, "host report")))
+    return 0
 
 
 def cmd_kernel_gate(args):
@@ -460,6 +466,9 @@ def main(argv: "list[str] | None" = None) -> int:
                                        help="worker processes for fleets of %d hosts or more (default: the CPUs "
                                             "this process may use, %d here)" % (fleet.PARALLEL_FROM, fleet.default_jobs()))
     store_commands.add_history_parser(sub)
+    p = sub.add_parser("host-report", help=cmd_host_report.__doc__.splitlines()[0])
+    p.add_argument("path", help="reports/<run-id>/hosts/<host>.json")
+    p.set_defaults(func=cmd_host_report)
     p = sub.add_parser("kernel-gate", help=cmd_kernel_gate.__doc__)
     p.add_argument("run_dir", help="the run with the candidate (and, unless --baseline-run, the baseline)")
     p.add_argument("--baseline", required=True, help="inventory name of the baseline host")

@@ -401,7 +401,8 @@ class CompactHostReport(Struct):
     run instead of copying it. `shared` names the run folder's file of the rules' texts and the
     kernel record evidence (HostReportShared), `facts` the host's facts record in the run folder
     (its filesystems and netfs), `targets` the [mount point, device] places its findings,
-    undetermined and passed rules are at ([null, null]: the host), and `passed` is rule -> places.
+    undetermined and passed rules are at ([null, null]: the host), and `passed` lists [rule, its
+    places].
     host_report.resolve makes the full report (HostReport) of it."""
     schema: Literal[HOST_REPORT_SCHEMA]
     host: Name
@@ -411,7 +412,7 @@ class CompactHostReport(Struct):
     targets: List[Tuple[Optional[str], Optional[str]]] = []
     facts: Optional[FactsFile] = None
     undetermined: List[CompactUndetermined] = []
-    passed: Dict[str, List[Place]] = {}
+    passed: List[Tuple[RuleId, List[Place]]] = []
     run_id: Optional[str] = None
     generated_at: Optional[Stamp] = None
     groups: Optional[List[str]] = None

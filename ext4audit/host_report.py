@@ -15,11 +15,10 @@ is the host's own and refers to the rest:
 
 resolve() makes the full report back of a v2 file (equal to the one the step built), and
 read() reads either version from a run folder: every reader of hosts/ goes through it, and
-scripts may too (docs/reports.md, "Host reports").
+scripts may too, or run `ext4audit host-report RUN/hosts/HOST.json` (docs/reports.md).
 """
 
 import hashlib
-import json
 import os
 from typing import Any, Dict, Optional
 
@@ -116,9 +115,11 @@ def compact(report: dict, facts_file: Optional[str], shared: Shared) -> dict:
         findings.append(out)
     undetermined = [dict(((k, v) for k, v in entry.items() if k not in _PLACE), at=at(entry))
                     for entry in report["undetermined"]]
-    passed = {}
+    passed = []  # [[rule, [places]]], in the report's order (a JSON object's keys would be sorted)
     for entry in report["passed"]:
-        passed.setdefault(entry["rule"], []).append(at(entry))
+        if not passed or passed[-1][0] != entry["rule"]:
+            passed.append((entry["rule"], []))
+        passed[-1][1].append(at(entry))
     doc.update(schema=contract.HOST_REPORT_SCHEMA, shared=SHARED_FILE,
                facts=facts_file if report["status"] == "audited" else None,
                findings=findings, undetermined=undetermined, passed=passed, targets=targets)
@@ -170,7 +171,7 @@ def resolve(doc: dict, run_dir: str, shared: Optional[dict] = None, where: str =
         undetermined.append(dict({"mountpoint": mountpoint, "device": device},
                                  **dict((k, v) for k, v in entry.items() if k != "at")))
     passed = []
-    for rule, indexes in doc["passed"].items():
+    for rule, indexes in doc["passed"]:
         for index in indexes:
             mountpoint, device = place({"at": index}, "$.passed.%s[]" % rule)
             passed.append({"mountpoint": mountpoint, "device": device, "rule": rule})
@@ -221,26 +222,13 @@ class Reader:
         return resolve(doc, self.run_dir, self._shared, where)
 
 
+def run_of(path: str) -> str:
+    """The run folder of a host report file (RUN/hosts/<host>.json)."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(path)))
+
+
 def read(path: str, what: str = "host report") -> dict:
     """A host report file of a run folder (RUN/hosts/<host>.json), checked and in full: what a
     script that reads one host calls (either version)."""
-    return Reader(os.path.dirname(os.path.dirname(os.path.abspath(path)))).read(path, what)
+    return Reader(run_of(path)).read(path, what)
 
-
-def main(argv: Optional[list] = None) -> int:
-    """python -m ext4audit.host_report RUN/hosts/HOST.json: the full report, as JSON on stdout."""
-    import sys
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        sys.stderr.write("usage: python -m ext4audit.host_report RUN/hosts/HOST.json\n")
-        return 2
-    try:
-        sys.stdout.write(json.dumps(read(args[0]), indent=2, sort_keys=True, ensure_ascii=False) + "\n")
-    except (reports.ReportError, contract.ContractError) as exc:
-        sys.stderr.write("error: %s\n" % exc)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
