@@ -27,6 +27,7 @@ import msgspec
 from . import contract, reports
 
 SHARED_FILE = "host-reports-shared.json"
+VERSIONS = (contract.FULL_HOST_REPORT_SCHEMA, contract.HOST_REPORT_SCHEMA)  # what read() reads
 # A finding's fields that are its rule's catalog text (engine.evaluate_host): in the shared file
 RULE_FIELDS = ("title", "base_severity", "remediation", "references", "tags", "seed")
 # Evidence that the hosts of one kernel share (engine._judge_records), kept once by content
@@ -201,8 +202,11 @@ def read_shared(run_dir: str, name: str = SHARED_FILE) -> dict:
 
 def check(doc: Any, where: str) -> None:
     """A host report of either version checked against its model (ContractError)."""
-    v2 = isinstance(doc, dict) and doc.get("schema") == contract.HOST_REPORT_SCHEMA
-    contract.check(doc, contract.CompactHostReport if v2 else contract.HostReport, where)
+    schema = doc.get("schema") if isinstance(doc, dict) else None
+    if isinstance(schema, str) and schema not in VERSIONS:
+        raise contract.ContractError("%s: $.schema %r is not a %s document" % (where, schema, " or ".join(VERSIONS)))
+    contract.check(doc, contract.CompactHostReport if schema == contract.HOST_REPORT_SCHEMA else contract.HostReport,
+                   where)
 
 
 class Reader:
