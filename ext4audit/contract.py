@@ -368,7 +368,7 @@ Place = typing.Annotated[int, Meta(ge=0)]  # an index into a compact host report
 class CompactFinding(Struct):
     """A finding of a v2 host report: the full Finding without what the run's shared file holds
     (the rule's title, base_severity, remediation, references, tags, seed: HostReportShared.rules)
-    and without its nulls; `at` is its place in the report's targets, and shared_evidence names
+    and without its nulls (its confirmation's too); `at` is its place in the report's targets, and shared_evidence names
     the evidence values kept once in the shared file (evidence key -> HostReportShared.evidence id)."""
     rule: str
     severity: Severity
@@ -390,9 +390,10 @@ class CompactFinding(Struct):
 
 
 class CompactUndetermined(Struct):
-    """A rule a v2 host report could not decide: its place in targets and the facts it lacked."""
+    """A rule a v2 host report could not decide: the facts it lacked, and its places in targets
+    (the full report's entries that differ only in their place)."""
     rule: str
-    at: Place
+    at: List[Place]
     missing: List[str]
 
 

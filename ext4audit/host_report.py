@@ -35,6 +35,8 @@ SHARED_EVIDENCE = ("kernel_records", "kernel_action", "kernel_records_set_aside"
 # Fields every full finding has that v2 leaves out when they are null
 NULLABLE = ("escalated_because", "waiver")
 _PLACE = ("mountpoint", "device")  # a finding's place: in targets
+# a finding's confirmation (probe.confirm) has every field; v2 leaves out the null ones
+CONFIRMATION_FIELDS = contract.field_names(contract.FindingConfirmation)[1]
 FACTS_FIELDS = ("filesystems", "netfs")  # what a v2 report reads from its facts record
 _HASH = msgspec.json.Encoder(order="sorted")
 _REMEMBERED = 4096  # evidence values a worker remembers by identity (the engine shares them per kernel)
@@ -108,14 +110,21 @@ def compact(report: dict, facts_file: Optional[str], shared: Shared) -> dict:
                 continue
             out[key] = value
         out["at"] = at(finding)
+        if isinstance(out.get("confirmation"), dict):
+            out["confirmation"] = dict((k, v) for k, v in out["confirmation"].items() if v is not None)
         evidence = finding.get("evidence")
         if evidence and any(evidence.get(key) is not None for key in SHARED_EVIDENCE):
             out["evidence"] = dict((k, v) for k, v in evidence.items() if k not in SHARED_EVIDENCE or v is None)
             out["shared_evidence"] = dict((k, shared.ref(evidence[k])) for k in SHARED_EVIDENCE
                                           if evidence.get(k) is not None)
         findings.append(out)
-    undetermined = [dict(((k, v) for k, v in entry.items() if k not in _PLACE), at=at(entry))
-                    for entry in report["undetermined"]]
+    undetermined = []  # entries that differ only in their place are one, with their places in order
+    for entry in report["undetermined"]:
+        rest = dict((k, v) for k, v in entry.items() if k not in _PLACE)
+        if undetermined and dict((k, v) for k, v in undetermined[-1].items() if k != "at") == rest:
+            undetermined[-1]["at"].append(at(entry))
+        else:
+            undetermined.append(dict(rest, at=[at(entry)]))
     passed = []  # [[rule, [places]]], in the report's order (a JSON object's keys would be sorted)
     for entry in report["passed"]:
         if not passed or passed[-1][0] != entry["rule"]:
@@ -157,6 +166,8 @@ def resolve(doc: dict, run_dir: str, shared: Optional[dict] = None, where: str =
             raise reports.ReportError("%s: %s.rule %r is not in %s" % (where, field, finding["rule"], doc["shared"]))
         out.update(rule)
         out.update((k, v) for k, v in finding.items() if k not in ("at", "shared_evidence"))
+        if isinstance(finding.get("confirmation"), dict):
+            out["confirmation"] = dict(dict.fromkeys(CONFIRMATION_FIELDS), **finding["confirmation"])
         if finding.get("shared_evidence"):
             evidence = dict(finding.get("evidence") or {})
             for key, ref in finding["shared_evidence"].items():
@@ -168,9 +179,10 @@ def resolve(doc: dict, run_dir: str, shared: Optional[dict] = None, where: str =
         findings.append(out)
     undetermined = []
     for number, entry in enumerate(doc["undetermined"]):
-        mountpoint, device = place(entry, "$.undetermined[%d]" % number)
-        undetermined.append(dict({"mountpoint": mountpoint, "device": device},
-                                 **dict((k, v) for k, v in entry.items() if k != "at")))
+        rest = dict((k, v) for k, v in entry.items() if k != "at")
+        for index in entry["at"]:
+            mountpoint, device = place({"at": index}, "$.undetermined[%d].at[]" % number)
+            undetermined.append(dict({"mountpoint": mountpoint, "device": device}, **rest))
     passed = []
     for rule, indexes in doc["passed"]:
         for index in indexes:
