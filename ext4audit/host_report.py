@@ -38,6 +38,8 @@ _PLACE = ("mountpoint", "device")  # a finding's place: in targets
 # a finding's confirmation (probe.confirm) has every field; v2 leaves out the null ones
 CONFIRMATION_FIELDS = contract.field_names(contract.FindingConfirmation)[1]
 FACTS_FIELDS = ("filesystems", "netfs")  # what a v2 report reads from its facts record
+_EXPANDED = ("findings", "undetermined", "passed") + FACTS_FIELDS  # what compact() writes its own way
+_LEFT_OUT = frozenset(NULLABLE + _PLACE)
 _HASH = msgspec.json.Encoder(order="sorted")
 _REMEMBERED = 4096  # evidence values a worker remembers by identity (the engine shares them per kernel)
 
@@ -88,8 +90,9 @@ class Shared:
 
 def compact(report: dict, facts_file: Optional[str], shared: Shared) -> dict:
     """The v2 document of a full host report. facts_file: its facts record, relative to the run
-    folder (the report's filesystems and netfs are that record's)."""
-    doc = dict((k, v) for k, v in report.items() if k not in ("findings", "undetermined", "passed") + FACTS_FIELDS)
+    folder (the report's filesystems and netfs are that record's). (Plain loops: this runs for
+    every host of the report step.)"""
+    doc = dict((k, v) for k, v in report.items() if k not in _EXPANDED)
     places, targets = {}, []
 
     def at(entry):
@@ -100,18 +103,22 @@ def compact(report: dict, facts_file: Optional[str], shared: Shared) -> dict:
             targets.append(key)
         return index
 
-    findings = []
+    findings, rules = [], shared.rules
     for finding in report["findings"]:
-        rule = shared.rules.get(finding["rule"]) or {}
+        rule = rules.get(finding["rule"]) or {}
         out = {}
         for key, value in finding.items():
-            if (key in _PLACE or (key in NULLABLE and value is None)
-                    or (key in rule and (value is rule[key] or value == rule[key]))):
+            if key in rule:
+                known = rule[key]
+                if value is known or value == known:
+                    continue
+            elif key in _LEFT_OUT and (value is None or key in _PLACE):
                 continue
             out[key] = value
         out["at"] = at(finding)
-        if isinstance(out.get("confirmation"), dict):
-            out["confirmation"] = dict((k, v) for k, v in out["confirmation"].items() if v is not None)
+        confirmation = out.get("confirmation")
+        if confirmation:
+            out["confirmation"] = dict((k, v) for k, v in confirmation.items() if v is not None)
         evidence = finding.get("evidence")
         if evidence and any(evidence.get(key) is not None for key in SHARED_EVIDENCE):
             out["evidence"] = dict((k, v) for k, v in evidence.items() if k not in SHARED_EVIDENCE or v is None)
@@ -125,11 +132,17 @@ def compact(report: dict, facts_file: Optional[str], shared: Shared) -> dict:
             undetermined[-1]["at"].append(at(entry))
         else:
             undetermined.append(dict(rest, at=[at(entry)]))
-    passed = []  # [[rule, [places]]], in the report's order (a JSON object's keys would be sorted)
-    for entry in report["passed"]:
-        if not passed or passed[-1][0] != entry["rule"]:
-            passed.append((entry["rule"], []))
-        passed[-1][1].append(at(entry))
+    passed, rule_id, indexes = [], None, None  # [[rule, [places]]] in order (an object's keys would be sorted)
+    for entry in report["passed"]:  # (about 170 a host: at() inlined)
+        key = (entry["mountpoint"], entry["device"])
+        index = places.get(key)
+        if index is None:
+            index = places[key] = len(targets)
+            targets.append(key)
+        if entry["rule"] != rule_id:
+            rule_id, indexes = entry["rule"], []
+            passed.append((rule_id, indexes))
+        indexes.append(index)
     doc.update(schema=contract.HOST_REPORT_SCHEMA, shared=SHARED_FILE,
                facts=facts_file if report["status"] == "audited" else None,
                findings=findings, undetermined=undetermined, passed=passed, targets=targets)
