@@ -54,11 +54,12 @@ def html_bytes(run):
 
 DIRECT = r"""
 import glob, json, os, sys, time, types
-from ext4audit import catalog, reports, writers
+from ext4audit import catalog, host_report, reports, writers
 from ext4audit.html import Writer
 run, staging = sys.argv[1:3]
 summary = reports.read_json(os.path.join(run, "summary.json"), "summary")
-hosts = [reports.read_json(path, "host") for path in sorted(glob.glob(os.path.join(run, "hosts", "*.json")))]
+reader = host_report.Reader(run)
+hosts = [reader.read(path) for path in sorted(glob.glob(os.path.join(run, "hosts", "*.json")))]
 job = types.SimpleNamespace(fail_on="high", fail_on_new=False, catalog=catalog.load(), staging=staging, run_dir=run,
                             hosts=len(hosts), plotted=[], probes=None, plan=None, base=None)
 writer = Writer(job)

@@ -296,14 +296,12 @@ class FindingConfirmation(Struct):
     reason: Optional[str] = None
 
 
-class Finding(Struct):
-    """A rule that fired on a host (host-wide: no device or mount point)."""
+class FindingText(Struct, kw_only=True):
+    """What a finding says, in a host report of either version (Finding, CompactFinding)."""
     rule: str
     severity: Severity
     waived: bool
     waiver: Optional[WaiverMark] = None
-    device: Optional[str] = None
-    mountpoint: Optional[str] = None
     message: Optional[str] = None
     title: Optional[str] = None
     base_severity: Optional[Severity] = None
@@ -315,6 +313,12 @@ class Finding(Struct):
     seed: Optional[str] = None
     confirmation: Optional[FindingConfirmation] = None
     baseline: Optional[Literal["new", "persisting"]] = None
+
+
+class Finding(FindingText, kw_only=True):
+    """A rule that fired on a host (host-wide: no device or mount point)."""
+    device: Optional[str] = None
+    mountpoint: Optional[str] = None
 
 
 class Policy(Struct):
@@ -336,13 +340,10 @@ class ProbeSection(ProbeRun):
     sweep: Optional[Object] = None
 
 
-class HostReport(Struct):
-    """A host report in full: reports/<run>/hosts/<host>.json of a run reported before schema v2,
-    and what host_report.resolve makes of a v2 file (CompactHostReport)."""
-    schema: Literal[FULL_HOST_REPORT_SCHEMA]
+class HostReportCommon(Struct, kw_only=True):
+    """What a host report of either version has as it is (HostReport, CompactHostReport)."""
     host: Name
     status: Literal[HOST_STATUSES]
-    findings: List[Finding]
     run_id: Optional[str] = None
     generated_at: Optional[Stamp] = None
     groups: Optional[List[str]] = None
@@ -350,14 +351,21 @@ class HostReport(Struct):
     policy: Optional[Policy] = None
     skipped: Optional[List[Object]] = None
     kernel: Optional[Kernel] = None
-    filesystems: Optional[List[Filesystem]] = None
-    netfs: Optional[List[NetworkMount]] = None
     not_audited: Optional[List[OtherFilesystem]] = None
-    undetermined: Optional[List[Object]] = None
-    passed: Optional[List[Object]] = None
     expired_waivers: Optional[List[Object]] = None
     errors: Optional[List[ReadError]] = None
     probe: Optional[ProbeSection] = None
+
+
+class HostReport(HostReportCommon, kw_only=True):
+    """A host report in full: reports/<run>/hosts/<host>.json of a run reported before schema v2,
+    and what host_report.resolve makes of a v2 file (CompactHostReport)."""
+    schema: Literal[FULL_HOST_REPORT_SCHEMA]
+    findings: List[Finding]
+    filesystems: Optional[List[Filesystem]] = None
+    netfs: Optional[List[NetworkMount]] = None
+    undetermined: Optional[List[Object]] = None
+    passed: Optional[List[Object]] = None
 
 
 SharedFile = typing.Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-][A-Za-z0-9._-]*\.json$")]
@@ -365,28 +373,14 @@ FactsFile = typing.Annotated[str, Meta(pattern=r"^facts/[^/\x00]+\.json$")]
 Place = typing.Annotated[int, Meta(ge=0)]  # an index into a compact host report's targets
 
 
-class CompactFinding(Struct):
+class CompactFinding(FindingText, kw_only=True):
     """A finding of a v2 host report: the full Finding without what the run's shared file holds
-    (the rule's title, base_severity, remediation, references, tags, seed: HostReportShared.rules)
-    and without its nulls (its confirmation's too); `at` is its place in the report's targets, and shared_evidence names
-    the evidence values kept once in the shared file (evidence key -> HostReportShared.evidence id)."""
-    rule: str
-    severity: Severity
-    waived: bool
+    (the rule's title, base_severity, remediation, references, tags, seed: HostReportShared.rules;
+    kept here only where they differ) and without its nulls (its confirmation's too); `at` is its
+    place in the report's targets, and shared_evidence names the evidence values kept once in the
+    shared file (evidence key -> HostReportShared.evidence id)."""
     at: Place
-    message: Optional[str] = None
-    evidence: Optional[Object] = None
     shared_evidence: Optional[Dict[str, str]] = None
-    waiver: Optional[WaiverMark] = None
-    title: Optional[str] = None
-    base_severity: Optional[Severity] = None
-    escalated_because: Optional[str] = None
-    remediation: Optional[Object] = None
-    references: Optional[List[Any]] = None
-    tags: Optional[List[str]] = None
-    seed: Optional[str] = None
-    confirmation: Optional[FindingConfirmation] = None
-    baseline: Optional[Literal["new", "persisting"]] = None
 
 
 class CompactUndetermined(Struct):
@@ -397,7 +391,7 @@ class CompactUndetermined(Struct):
     missing: List[str]
 
 
-class CompactHostReport(Struct):
+class CompactHostReport(HostReportCommon, kw_only=True):
     """reports/<run>/hosts/<host>.json (v2): a host report that refers to data written once per
     run instead of copying it. `shared` names the run folder's file of the rules' texts and the
     kernel record evidence (HostReportShared), `facts` the host's facts record in the run folder
@@ -406,25 +400,12 @@ class CompactHostReport(Struct):
     places].
     host_report.resolve makes the full report (HostReport) of it."""
     schema: Literal[HOST_REPORT_SCHEMA]
-    host: Name
-    status: Literal[HOST_STATUSES]
     shared: SharedFile
     findings: List[CompactFinding]
     targets: List[Tuple[Optional[str], Optional[str]]] = []
     facts: Optional[FactsFile] = None
     undetermined: List[CompactUndetermined] = []
     passed: List[Tuple[RuleId, List[Place]]] = []
-    run_id: Optional[str] = None
-    generated_at: Optional[Stamp] = None
-    groups: Optional[List[str]] = None
-    reason: Optional[str] = None
-    policy: Optional[Policy] = None
-    skipped: Optional[List[Object]] = None
-    kernel: Optional[Kernel] = None
-    not_audited: Optional[List[OtherFilesystem]] = None
-    expired_waivers: Optional[List[Object]] = None
-    errors: Optional[List[ReadError]] = None
-    probe: Optional[ProbeSection] = None
 
 
 class SharedRule(Struct):
