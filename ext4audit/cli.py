@@ -128,11 +128,12 @@ def _report(args, run_dir):
     return reports.EXIT_CODES[summary["verdict"]]
 
 
-def load_host_reports(run_dir):
+def load_host_reports(run_dir, facts=True):
+    """Every host report of a run folder, in full (facts=False: without filesystems and netfs)."""
     paths = sorted(glob.glob(os.path.join(run_dir, "hosts", "*.json")))
     if not paths:
         raise reports.ReportError("no host reports in %s/hosts" % run_dir)
-    reader = host_report.Reader(run_dir)
+    reader = host_report.Reader(run_dir, facts)
     return [read_host_report(path, "host report", reader) for path in paths]
 
 
@@ -169,7 +170,7 @@ def cmd_gate(args):
     if base:
         base.check_every_host()
     reports.read_complete_run(args.run_dir, "run folder")
-    host_reports = load_host_reports(args.run_dir)
+    host_reports = load_host_reports(args.run_dir, facts=False)  # the verdict needs no filesystems
     now = reports.utc_now()
     catalog = catalog_mod.load(args.rules_dir, args.site_rules)
     waivers = waivers_mod.load(args.waivers, set(catalog.by_id)) if args.waivers else None

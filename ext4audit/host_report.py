@@ -149,11 +149,13 @@ def compact(report: dict, facts_file: Optional[str], shared: Shared) -> dict:
     return doc
 
 
-def resolve(doc: dict, run_dir: str, shared: Optional[dict] = None, where: str = "host report") -> dict:
+def resolve(doc: dict, run_dir: str, shared: Optional[dict] = None, where: str = "host report",
+            facts: bool = True) -> dict:
     """The full host report (contract.HostReport) of a checked v2 document of run_dir: the rules'
     text and shared evidence from the run's shared file (shared: it, already read), filesystems
-    and netfs from the host's facts record. A v1 document is returned as it is. A reference that
-    does not resolve is a ReportError naming the file and the field."""
+    and netfs from the host's facts record (facts=False: left empty, for a reader that needs
+    neither). A v1 document is returned as it is. A reference that does not resolve is a
+    ReportError naming the file and the field."""
     if doc.get("schema") != contract.HOST_REPORT_SCHEMA:
         return doc
     if shared is None:
@@ -201,7 +203,8 @@ def resolve(doc: dict, run_dir: str, shared: Optional[dict] = None, where: str =
         for index in indexes:
             mountpoint, device = place({"at": index}, "$.passed.%s[]" % rule)
             passed.append({"mountpoint": mountpoint, "device": device, "rule": rule})
-    full.update(findings=findings, undetermined=undetermined, passed=passed, **_facts_of(doc, run_dir, where))
+    full.update(findings=findings, undetermined=undetermined, passed=passed,
+                **(_facts_of(doc, run_dir, where) if facts else dict((key, []) for key in FACTS_FIELDS)))
     return full
 
 
@@ -235,10 +238,11 @@ def check(doc: Any, where: str) -> None:
 
 
 class Reader:
-    """Reads a run folder's host reports in full, either version; the shared file once."""
+    """Reads a run folder's host reports in full, either version; the shared file once. facts:
+    False for a reader that needs no filesystems (the gate): the facts records are not read."""
 
-    def __init__(self, run_dir: str) -> None:
-        self.run_dir, self._shared = run_dir, None
+    def __init__(self, run_dir: str, facts: bool = True) -> None:
+        self.run_dir, self.facts, self._shared = run_dir, facts, None
 
     def read(self, path: str, what: str = "host report") -> dict:
         where = "%s %s" % (what, path)
@@ -248,7 +252,7 @@ class Reader:
             return doc
         if self._shared is None:
             self._shared = read_shared(self.run_dir, doc["shared"])
-        return resolve(doc, self.run_dir, self._shared, where)
+        return resolve(doc, self.run_dir, self._shared, where, self.facts)
 
 
 def run_of(path: str) -> str:

@@ -4,6 +4,7 @@ record, resolved back to the full report; the v1 reports of earlier runs still r
 import glob
 import json
 import os
+import shutil
 import statistics
 import sys
 
@@ -139,3 +140,12 @@ def test_the_command_prints_a_host_in_full(fleet_runs):
     rc, out, err = cli("host-report", path)
     assert rc == 0, err
     assert json.loads(out) == load_host_report(path)
+
+
+def test_the_gate_needs_no_facts_records(fleet_runs, tmp_path):
+    """The verdict reads findings, not filesystems: a run folder copied without facts/ gates alike."""
+    _, later, _ = fleet_runs
+    copy = str(tmp_path / "reports" / "run-2")
+    shutil.copytree(later, copy, ignore=shutil.ignore_patterns("facts"))
+    gate = [cli("gate", run, "--fail-on", "high", "--table") for run in (later, copy)]
+    assert gate[0][0] in (1, 2) and gate[0] == gate[1], gate
