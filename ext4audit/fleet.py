@@ -193,7 +193,7 @@ def run_shard(number, paths, first_index):
             part = baseline_mod.compare_host(report, job.base) if job.base else None
             # No temporary name and no fsync per file: the whole folder is new, moves into place
             # when complete, and is flushed once before `latest` moves.
-            facts_file = None if isinstance(path, dict) else os.path.relpath(path, job.run_dir)
+            facts_file = None if isinstance(path, dict) else "facts/" + os.path.basename(path)  # (report_hosts' paths)
             try:
                 text = reports.dump_compact(host_report.compact(report, facts_file, job.shared))
             except UnicodeEncodeError as exc:  # json.loads lets "\udc80" through; UTF-8 cannot carry it
