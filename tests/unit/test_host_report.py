@@ -13,7 +13,10 @@ import pytest
 from conftest import ROOT, load_host_report
 from test_reports import cli
 
-from ext4audit import baseline, catalog as catalog_mod, contract, fleet, host_report, reports, waivers as waivers_mod
+from ext4audit.model import contract, times
+from ext4audit.report import baseline, host_report, reports
+from ext4audit.rules import catalog as catalog_mod, waivers as waivers_mod
+from ext4audit.steps import fleet
 from ext4audit.store import ingest
 
 sys.path.insert(0, os.path.join(ROOT, "bench"))
@@ -61,7 +64,7 @@ def test_the_full_report_resolves_from_a_v2_file_as_the_step_built_it(fleet_runs
     catalog = catalog_mod.load()
     rules = waivers_mod.load(waivers, set(catalog.by_id))
     shared = host_report.Shared(catalog)
-    now = reports.utc_now()
+    now = times.utc_now()
     kernel_findings = 0
     for path in sorted(glob.glob(os.path.join(later, "facts", "*.json"))):
         full = fleet.build_host_report(fleet.read_record(path), catalog, rules, "run-2", now)
