@@ -8,8 +8,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import (ROOT, VENV_BIN, ansible_playbook, check_run_against_schemas, load_host_report, load_json, needs_root,
-                      run)
+from conftest import (ROOT, VENV_BIN, ansible_playbook, check_run_against_schemas, load_host_report, load_json,
+                      needs_root, run)
 
 pytestmark = needs_root
 

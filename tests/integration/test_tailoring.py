@@ -116,7 +116,8 @@ def test_group_policies_judge_each_host_by_its_own(tailored, tmp_path):
     assert rc == 2 and "verdict: fail" in out, out  # db-1 fails at low; the others pass at high
     run_dir = runs[0]
     mount = tailored["mountpoint"]
-    db, web, batch = (load_host_report(os.path.join(run_dir, "hosts", h + ".json")) for h in ("db-1", "web-1", "batch-1"))
+    db, web, batch = (load_host_report(os.path.join(run_dir, "hosts", h + ".json"))
+                      for h in ("db-1", "web-1", "batch-1"))
 
     # databases: fail_on low, and this site's severity for EXT4_ERRORS_CONTINUE with its reason
     assert db["policy"]["fail_on"] == "low" and db["skipped"] == []

@@ -187,7 +187,8 @@ def test_report_with_invalid_waivers_is_an_error(run_dir, tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     ("{not json", "is not valid JSON"),
-    ('{"schema": "something/else"}', "is not a ext4-fleet-audit/host-report/v1 or ext4-fleet-audit/host-report/v2 document"),
+    ('{"schema": "something/else"}',
+     "is not a ext4-fleet-audit/host-report/v1 or ext4-fleet-audit/host-report/v2 document"),
 ])
 def test_gate_on_corrupt_reports_exits_2(run_dir, content, message):
     assert cli("report", run_dir)[0] == 2
