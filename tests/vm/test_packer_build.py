@@ -20,7 +20,8 @@ import time
 
 import pytest
 
-from conftest import (ROOT, VENV_BIN, failing_rules, load_json, needs_vm, qemu_accelerator, qemu_processes, run)
+from conftest import (ROOT, VENV_BIN, failing_rules, load_host_report, load_json, needs_vm, qemu_accelerator,
+                      qemu_processes, run)
 
 PACKER = shutil.which("packer") or "/usr/bin/packer"
 TEMPLATE = os.path.join(ROOT, "examples", "packer", "ext4-audit.pkr.hcl")
@@ -82,7 +83,7 @@ def risky_copy(vm_image, folder):
 
 
 def root_filesystem(run_dir):
-    report = load_json(str(run_dir / "hosts" / (HOST + ".json")))
+    report = load_host_report(run_dir / "hosts" / (HOST + ".json"))
     assert report["status"] == "audited" and report["errors"] == [], (report["reason"], report["errors"])
     assert report["kernel"]["release"].startswith(KERNEL_SERIES + "."), report["kernel"]
     [root] = [fs for fs in report["filesystems"] if fs["mountpoint"] == "/"]
