@@ -16,6 +16,7 @@ import selectors
 import signal
 import subprocess
 import time
+from typing import Any, Dict
 
 
 class CommandTimeout(Exception):
@@ -30,8 +31,9 @@ def run_capped(argv, env, limit, stderr_limit, timeout, drain=False):
     rest and throws it away to learn its exit code. Raises CommandTimeout at the timeout."""
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env, start_new_session=True)  # its own group: killed with any child
-    kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
-    room = {proc.stdout: limit, proc.stderr: stderr_limit}
+    assert proc.stdout is not None and proc.stderr is not None  # both PIPE
+    kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}  # type: Dict[Any, bytearray]
+    room = {proc.stdout: limit, proc.stderr: stderr_limit}  # type: Dict[Any, int]
     over, deadline = False, time.monotonic() + timeout
     try:
         with selectors.DefaultSelector() as selector:
