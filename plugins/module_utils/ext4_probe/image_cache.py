@@ -43,7 +43,7 @@ def code_digest() -> str:
     for name in sorted(n for n in sys.modules if n == package or n.startswith(package + ".")):
         module = sys.modules[name]
         digest.update(b"%s\n" % name[len(package):].encode())
-        digest.update(module.__loader__.get_data(module.__file__))
+        digest.update(module.__loader__.get_data(module.__file__))  # type: ignore[union-attr]  # a file loader or a zipimporter: both have get_data
     return digest.hexdigest()
 
 
