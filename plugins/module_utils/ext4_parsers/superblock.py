@@ -82,7 +82,7 @@ def parse_dumpe2fs(text: str) -> Dict[str, Any]:
 
     block_size = integer("Block size")
     features = raw["Filesystem features"].split()
-    sb = {  # type: Dict[str, Any]
+    sb = {
         "block_size": block_size,
         "block_count": integer("Block count"),
         "blocks_per_group": integer("Blocks per group"),
@@ -106,7 +106,7 @@ def parse_dumpe2fs(text: str) -> Dict[str, Any]:
         # s_error_count: printed only when nonzero (e2fsprogs lib/e2p/ls.c), so absent means 0.
         "error_count": integer("FS Error count") or 0,
         "e2fsprogs_fields": "total" if "Total journal size" in raw else "legacy",
-    }
+    }  # type: Dict[str, Any]
     blocks = integer("Total journal blocks") or integer("Journal length")
     size = raw.get("Total journal size") or raw.get("Journal size")
     if blocks and block_size:
