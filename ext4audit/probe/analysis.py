@@ -5,7 +5,7 @@ adds to a host report.
     -> probe/<host>.json -> host_section() (analyze(): Chopper's d-span analysis) and
     confirm() (a finding's measured confirmation, which may escalate it)
 
-The plan is Chopper's (He et al., FAST '15; ../shared/research/chopper.md sections 1, 2, 6):
+The plan is Chopper's (He et al., FAST '15; docs/sources.md gives the paper and the code):
 a Latin hypercube over 12 factors whose levels are data (factors.yml), made once on the
 controller, so every host and kernel plays the same treatments.
 """
