@@ -12,7 +12,7 @@ import binascii
 import re
 import struct
 import uuid
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional
 
 from .common import ParseError
 
@@ -80,7 +80,7 @@ def parse_partition_table(read: Callable[[int, int], bytes], size: int) -> Dict[
 
 def _logical_partitions(read: Callable[[int, int], bytes], extended_lba: int, signature: int) -> List[Dict[str, Any]]:
     """Walk the chain of extended boot records; logical partitions are numbered from 5."""
-    found, ebr, seen = [], extended_lba, set()  # type: List[Dict[str, Any]], int, Set[int]
+    found, ebr, seen = [], extended_lba, set()  # type: List[Dict[str, Any]], int, set[int]
     while ebr not in seen and len(found) < 128:
         seen.add(ebr)
         sector = read(ebr * 512, 512)

@@ -237,7 +237,7 @@ class Allocator:
                     with Mounted(run_image, self.scratch.path("mnt", "allocator"), self.images.options) as mnt:
                         paths = play_ops(mnt.target, ops, self.cpus)
                         samples[is_trigger].append(largest_dspan([paths[i] for i in measured],
-                                                              self.images.mkfs["block_size"]))
+                                                                 self.images.mkfs["block_size"]))
                 finally:
                     os.unlink(run_image)
             entry["pairs"] += 1
