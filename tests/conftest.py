@@ -147,6 +147,12 @@ def load_json(path):
         return json.load(handle)
 
 
+def load_host_report(path):
+    """A run folder's hosts/<host>.json in full (either schema version: host_report.read)."""
+    from ext4audit.report import host_report
+    return host_report.read(str(path))
+
+
 def check_run_against_schemas(run_dir):
     """Validate every JSON file of a run folder against its published schema (schemas/, from
     ext4audit/model/contract.py) with jsonschema; return {file relative to the run folder: schema file}."""
@@ -156,6 +162,8 @@ def check_run_against_schemas(run_dir):
     def schema_of(relative, doc):
         if relative in ("summary.json", "kernel_gate.json", "findings-index.json", "play-hosts.json"):
             return relative.replace("_", "-")
+        if relative == "host-reports-shared.json":
+            return "host-report-shared.json"
         folder = relative.split(os.sep)[0]
         if folder == "probe":
             return "probe-plan.json" if doc.get("schema") == contract.PROBE_PLAN_SCHEMA else "probe-record.json"
@@ -269,7 +277,7 @@ def failing_rules(run_dir):
     summary = load_json(os.path.join(str(run_dir), "summary.json"))
     failing = {}
     for path in sorted(glob.glob(os.path.join(str(run_dir), "hosts", "*.json"))):
-        report = load_json(path)
+        report = load_host_report(path)
         rules = sorted(set(f["rule"] for f in report["findings"] if reports.failing(f, summary["policy"]["fail_on"])))
         if rules:
             failing[report["host"]] = rules
@@ -284,7 +292,7 @@ def upgradable_data_corruption(run_dir):
     from ext4audit.rules import kernel_records
     records, expected = kernel_records.load(), {}
     for path in sorted(glob.glob(os.path.join(str(run_dir), "hosts", "*.json"))):
-        report = load_json(path)
+        report = load_host_report(path)
         items = kernel_records.open_records(records, report["kernel"]) or []
         in_use = kernel_records.FeaturesInUse(report["filesystems"])
         if any(item["class"] == "data corruption" and item["action"] == "upgrade"

@@ -30,6 +30,7 @@ from ext4audit.rules import policy as policy_mod
 from ext4audit.parsers import run_folder
 from ext4audit.store import commands as store_commands
 from ext4audit.model import times
+from ext4audit.report import host_report
 
 
 
@@ -125,7 +126,7 @@ def _report(args: argparse.Namespace, run_dir: str) -> int:
                     if base else None)
             summary = reports.summarize_digests(digests, run_id, args.fail_on, args.unreachable_incomplete, now,
                                                 baseline=diff, fail_on_new=args.fail_on_new)
-            fleet.put_hosts_in_place(run_dir, job.staging)
+            fleet.put_hosts_in_place(job, run_dir, job.staging)
             fleet.write_fleet_files(job, summary, digests)
         finally:
             fleet.discard(job.staging)  # before finish_run's flush: the parts' pages are never written
@@ -144,18 +145,20 @@ def _report(args: argparse.Namespace, run_dir: str) -> int:
     return reports.EXIT_CODES[summary["verdict"]]
 
 
-def load_host_reports(run_dir: str) -> list[dict[str, Any]]:
+def load_host_reports(run_dir: str, facts: bool = True) -> list[dict[str, Any]]:
+    """Every host report of a run folder, in full (facts=False: without filesystems and netfs)."""
     paths = sorted(glob.glob(os.path.join(run_dir, "hosts", "*.json")))
     if not paths:
         raise reports.ReportError("no host reports in %s/hosts" % run_dir)
-    return [read_host_report(path, "host report") for path in paths]
+    reader = host_report.Reader(run_dir, facts)
+    return [read_host_report(path, "host report", reader) for path in paths]
 
 
-def read_host_report(path: str, what: str) -> dict[str, Any]:
-    """A host report, decoded through contract.HostReport: a hand-edited or foreign file is a
-    clear error (exit 2) naming the file, host and field, never a traceback."""
-    report = reports.read_json(path, what)
-    contract.check(report, contract.HostReport, "%s %s" % (what, path))
+def read_host_report(path: str, what: str, reader: host_report.Reader | None = None) -> dict[str, Any]:
+    """A host report in full (host_report.Reader: either version), checked against its model: a
+    hand-edited or foreign file is a clear error (exit 2) naming the file, host and field, never
+    a traceback."""
+    report = (reader or host_report.Reader(host_report.run_of(path))).read(path, what)
     for number, finding in enumerate(report["findings"]):
         where = "%s %s (host %r): $.findings[%d]" % (what, path, report["host"], number)
         waiver = finding.get("waiver")
@@ -184,7 +187,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     if base:
         base.check_every_host()
     reports.read_complete_run(args.run_dir, "run folder")
-    host_reports = load_host_reports(args.run_dir)
+    host_reports = load_host_reports(args.run_dir, facts=False)  # the verdict needs no filesystems
     now = times.utc_now()
     catalog = catalog_mod.load(args.rules_dir, args.site_rules)
     waivers = waivers_mod.load(args.waivers, set(catalog.by_id)) if args.waivers else None
@@ -215,6 +218,12 @@ def cmd_merge(args: argparse.Namespace) -> int:
     except BaseException:  # e.g. a bad waiver file: no half-made run folder is left behind
         merge.discard(args.run_dir)
         raise
+
+
+def cmd_host_report(args: argparse.Namespace) -> int:
+    """Print a host report in full (its references to the run's shared file and facts resolved), as JSON."""
+    sys.stdout.write(reports.json_text(read_host_report(args.path, "host report")))
+    return 0
 
 
 def cmd_kernel_gate(args: argparse.Namespace) -> int:
@@ -479,6 +488,9 @@ def main(argv: "list[str] | None" = None) -> int:
                                        help="worker processes for fleets of %d hosts or more (default: the CPUs "
                                             "this process may use, %d here)" % (fleet.PARALLEL_FROM, fleet.default_jobs()))
     store_commands.add_history_parser(sub)
+    p = sub.add_parser("host-report", help=cmd_host_report.__doc__.splitlines()[0])  # type: ignore[union-attr]  # it has one
+    p.add_argument("path", help="reports/<run-id>/hosts/<host>.json")
+    p.set_defaults(func=cmd_host_report)
     p = sub.add_parser("kernel-gate", help=cmd_kernel_gate.__doc__)
     p.add_argument("run_dir", help="the run with the candidate (and, unless --baseline-run, the baseline)")
     p.add_argument("--baseline", required=True, help="inventory name of the baseline host")

@@ -39,6 +39,7 @@ from ext4audit.probe import analysis as probe, sentences as probe_actions
 from ext4audit.formats import writers
 from ext4audit.report import reports
 from ext4audit.rules import policy as policy_mod
+from ext4audit.report import host_report
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 # A probed host's three pictures take about 0.3 s to draw and 80 KiB of page: a fleet where the
@@ -726,7 +727,7 @@ class Writer(writers.GroupsWriter):
             job = self.job
             renderer = Sections({"fail_on": job.fail_on, "fail_on_new": job.fail_on_new}, job.hosts, job.catalog,
                                 job.plotted, job.probes, job.plan)
-            sections = (Markup(renderer.render(reports.read_json(reports.host_report_path(job.run_dir, d["host"]),
-                                                                 "host report"), d))
-                for d in digests if d.get("section"))
+            reader = host_report.Reader(job.run_dir)
+            sections = (Markup(renderer.render(reader.read(reports.host_report_path(job.run_dir, d["host"])), d))
+                        for d in digests if d.get("section"))
         write_page(out, summary, digests, sections, merged, self.job.catalog, self.job.run_dir)

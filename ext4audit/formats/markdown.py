@@ -19,6 +19,7 @@ from ext4audit.formats import writers
 from ext4audit.report import reports
 from ext4audit.rules import policy as policy_mod
 from ext4audit.store import history as store_history
+from ext4audit.report import host_report
 
 # The backslash first (the others add one), "&" before the entities.
 _MD = (("\\", "\\\\"), ("&", "&amp;"), ("<", "&lt;"), (">", "&gt;")) + tuple((c, "\\" + c) for c in "`*_[]{}()#+!|~$-")
@@ -334,6 +335,6 @@ class Writer(writers.GroupsWriter):
         merged = finding_groups.FindingGroups(self.job.base is not None, GROUP_HOSTS)
         merged.merge_parts(parts)
         shown = [row["host"] for row in sorted(summary["hosts"], key=reports.attention_order)[:MD_HOSTS]]
-        out.write(document(summary, [
-            reports.read_json(reports.host_report_path(self.job.run_dir, host), "host report")
-            for host in shown], merged, getattr(self.job, "history", None)))
+        reader = host_report.Reader(self.job.run_dir)
+        out.write(document(summary, [reader.read(reports.host_report_path(self.job.run_dir, host)) for host in shown],
+                           merged, getattr(self.job, "history", None)))

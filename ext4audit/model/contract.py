@@ -33,7 +33,11 @@ from ext4audit import ROOT, SEVERITIES
 from ext4audit.model import fact_paths, safe_yaml
 from ext4audit.parsers.ext4_parsers.common import CONFIRMATION_PROBES as PROBES, FACTS_SCHEMA, PROBE_RESULT_SCHEMA
 
-HOST_REPORT_SCHEMA = "ext4-fleet-audit/host-report/v1"
+# hosts/<host>.json: v2 refers to the run's shared file and facts record where v1 held copies;
+# v1 is also the full form that host_report.resolve makes of a v2 file (and what older runs hold)
+HOST_REPORT_SCHEMA = "ext4-fleet-audit/host-report/v2"
+FULL_HOST_REPORT_SCHEMA = "ext4-fleet-audit/host-report/v1"
+HOST_REPORT_SHARED_SCHEMA = "ext4-fleet-audit/host-report-shared/v1"
 SUMMARY_SCHEMA = "ext4-fleet-audit/summary/v1"
 FINDINGS_INDEX_SCHEMA = "ext4-fleet-audit/findings-index/v1"
 PROBE_PLAN_SCHEMA = "ext4-fleet-audit/probe-plan/v1"
@@ -290,14 +294,12 @@ class FindingConfirmation(Struct):
     reason: Optional[str] = None
 
 
-class Finding(Struct):
-    """A rule that fired on a host (host-wide: no device or mount point)."""
+class FindingText(Struct, kw_only=True):
+    """What a finding says, in a host report of either version (Finding, CompactFinding)."""
     rule: str
     severity: Severity
     waived: bool
     waiver: Optional[WaiverMark] = None
-    device: Optional[str] = None
-    mountpoint: Optional[str] = None
     message: Optional[str] = None
     title: Optional[str] = None
     base_severity: Optional[Severity] = None
@@ -309,6 +311,12 @@ class Finding(Struct):
     seed: Optional[str] = None
     confirmation: Optional[FindingConfirmation] = None
     baseline: Optional[Literal["new", "persisting"]] = None
+
+
+class Finding(FindingText, kw_only=True):
+    """A rule that fired on a host (host-wide: no device or mount point)."""
+    device: Optional[str] = None
+    mountpoint: Optional[str] = None
 
 
 class Policy(Struct):
@@ -330,12 +338,10 @@ class ProbeSection(ProbeRun):
     sweep: Optional[Object] = None
 
 
-class HostReport(Struct):
-    """reports/<run>/hosts/<host>.json."""
-    schema: Literal[HOST_REPORT_SCHEMA]
+class HostReportCommon(Struct, kw_only=True):
+    """What a host report of either version has as it is (HostReport, CompactHostReport)."""
     host: Name
     status: Literal[HOST_STATUSES]
-    findings: List[Finding]
     run_id: Optional[str] = None
     generated_at: Optional[Stamp] = None
     groups: Optional[List[str]] = None
@@ -343,14 +349,81 @@ class HostReport(Struct):
     policy: Optional[Policy] = None
     skipped: Optional[List[Object]] = None
     kernel: Optional[Kernel] = None
-    filesystems: Optional[List[Filesystem]] = None
-    netfs: Optional[List[NetworkMount]] = None
     not_audited: Optional[List[OtherFilesystem]] = None
-    undetermined: Optional[List[Object]] = None
-    passed: Optional[List[Object]] = None
     expired_waivers: Optional[List[Object]] = None
     errors: Optional[List[ReadError]] = None
     probe: Optional[ProbeSection] = None
+
+
+class HostReport(HostReportCommon, kw_only=True):
+    """A host report in full: reports/<run>/hosts/<host>.json of a run reported before schema v2,
+    and what host_report.resolve makes of a v2 file (CompactHostReport)."""
+    schema: Literal[FULL_HOST_REPORT_SCHEMA]
+    findings: List[Finding]
+    filesystems: Optional[List[Filesystem]] = None
+    netfs: Optional[List[NetworkMount]] = None
+    undetermined: Optional[List[Object]] = None
+    passed: Optional[List[Object]] = None
+
+
+SharedFile = typing.Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-][A-Za-z0-9._-]*\.json$")]
+FactsFile = typing.Annotated[str, Meta(pattern=r"^facts/[^/\x00]+\.json$")]
+Place = typing.Annotated[int, Meta(ge=0)]  # an index into a compact host report's targets
+
+
+class CompactFinding(FindingText, kw_only=True):
+    """A finding of a v2 host report: the full Finding without what the run's shared file holds
+    (the rule's title, base_severity, remediation, references, tags, seed: HostReportShared.rules;
+    kept here only where they differ) and without its nulls (its confirmation's too); `at` is its
+    place in the report's targets, and shared_evidence names the evidence values kept once in the
+    shared file (evidence key -> HostReportShared.evidence id)."""
+    at: Place
+    shared_evidence: Optional[Dict[str, str]] = None
+
+
+class CompactUndetermined(Struct):
+    """A rule a v2 host report could not decide: the facts it lacked, and its places in targets
+    (the full report's entries that differ only in their place)."""
+    rule: str
+    at: List[Place]
+    missing: List[str]
+
+
+class CompactHostReport(HostReportCommon, kw_only=True):
+    """reports/<run>/hosts/<host>.json (v2): a host report that refers to data written once per
+    run instead of copying it. `shared` names the run folder's file of the rules' texts and the
+    kernel record evidence (HostReportShared), `facts` the host's facts record in the run folder
+    (its filesystems and netfs), `targets` the [mount point, device] places its findings,
+    undetermined and passed rules are at ([null, null]: the host), and `passed` lists [rule, its
+    places].
+    host_report.resolve makes the full report (HostReport) of it."""
+    schema: Literal[HOST_REPORT_SCHEMA]
+    shared: SharedFile
+    findings: List[CompactFinding]
+    targets: List[Tuple[Optional[str], Optional[str]]] = []
+    facts: Optional[FactsFile] = None
+    undetermined: List[CompactUndetermined] = []
+    passed: List[Tuple[RuleId, List[Place]]] = []
+
+
+class SharedRule(Struct):
+    """What every finding of a rule has in its full form: the catalog's text for it."""
+    title: str
+    base_severity: Severity
+    remediation: Object
+    references: List[Any]
+    tags: List[str]
+    seed: Optional[str] = None
+
+
+class HostReportShared(Struct):
+    """reports/<run>/host-reports-shared.json: what the run's v2 host reports refer to, written
+    once: each rule's text by rule id, and evidence values many hosts share (a kernel's CNA
+    records) by id."""
+    schema: Literal[HOST_REPORT_SHARED_SCHEMA]
+    rules: Dict[str, SharedRule]
+    evidence: Dict[str, Any]
+    run_id: Optional[str] = None
 
 
 # ------------------------------------------------------------------ summary
@@ -811,7 +884,9 @@ SCHEMAS = {
     "probe-record.json": ProbeRecord,
     "probe-result.json": ProbeResult,
     "probe-plan.json": ProbePlan,
-    "host-report.json": HostReport,
+    "host-report.json": CompactHostReport,
+    "host-report-full.json": HostReport,
+    "host-report-shared.json": HostReportShared,
     "summary.json": Summary,
     "findings-index.json": FindingsIndex,
     "kernel-gate.json": KernelGate,

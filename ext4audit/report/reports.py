@@ -3,7 +3,8 @@
 reports/<run-id>/
   facts/<host>.json    what the playbook collected (input)
   probe/<host>.json    what the probe measured, probe/plan.json its plan (input, optional)
-  hosts/<host>.json    per-host report (contract: ext4-fleet-audit/host-report/v1)
+  hosts/<host>.json    per-host report (contract: ext4-fleet-audit/host-report/v2, host_report.py)
+  host-reports-shared.json  what the host reports refer to
   summary.json         verdict, counts, hosts not audited
   the report formats'  files (writers.FORMATS: junit.xml, summary.md, report.sarif, ...)
 reports/latest -> <run-id>
@@ -34,7 +35,7 @@ from ext4audit.probe import analysis as probe
 from ext4audit.rules import kernel_records
 from ext4audit.parsers import run_folder
 
-HOST_SCHEMA = contract.HOST_REPORT_SCHEMA
+HOST_SCHEMA = contract.FULL_HOST_REPORT_SCHEMA  # the full form the step builds (host_report)
 SUMMARY_SCHEMA = contract.SUMMARY_SCHEMA
 
 

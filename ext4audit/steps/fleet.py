@@ -35,6 +35,7 @@ from ext4audit.report import baseline as baseline_mod, reports
 from ext4audit.rules import engine, policy as policy_mod, waivers as waivers_mod
 from ext4audit.parsers import run_folder
 from ext4audit.model import times
+from ext4audit.report import host_report
 
 FACTS_SCHEMA = contract.FACTS_SCHEMA
 PARALLEL_FROM = 200  # hosts; below this, forking workers costs more than it saves
@@ -167,6 +168,9 @@ class Job:
         self.formats = formats  # writers.FORMATS names, in that order
         self.staging = None
         self.writers = None  # see _writers
+        # what the v2 host reports refer to (host_report.Shared): this process's; the parent's
+        # gathers every worker's evidence (report_hosts)
+        self.shared = host_report.Shared(catalog)
         # the hosts of the facts play (reports.play_hosts; None: the records' hosts), and the
         # file name the role gives each one's record (load_record)
         self.play_hosts = play_hosts
@@ -178,7 +182,8 @@ _JOB = None  # the job of the current report step; worker processes inherit it w
 
 def run_shard(number, paths, first_index):
     """Report on one shard's hosts (facts record paths) and return their digests, each with its
-    index in the run and its baseline part."""
+    index in the run and its baseline part, and the shared evidence (host_report.Shared) this
+    process had not handed on before."""
     job = _JOB
     # A folder per shard: workers creating files in one folder at once contend for its lock and
     # for the same inode group (measured: 2.6 times the kernel time at 10,000 hosts).
@@ -195,8 +200,9 @@ def run_shard(number, paths, first_index):
             part = baseline_mod.compare_host(report, job.base) if job.base else None
             # No temporary name and no fsync per file: the whole folder is new, moves into place
             # when complete, and is flushed once before `latest` moves.
+            facts_file = None if isinstance(path, dict) else "facts/" + os.path.basename(path)  # (report_hosts' paths)
             try:
-                text = reports.dump_compact(report)
+                text = reports.dump_compact(host_report.compact(report, facts_file, job.shared))
             except UnicodeEncodeError as exc:  # json.loads lets "\udc80" through; UTF-8 cannot carry it
                 raise reports.ReportError("%s: host %r has text that is not Unicode in its facts or probe record "
                                           "(a lone surrogate such as \\udc80): %s" % (path, report["host"], exc))
@@ -222,7 +228,7 @@ def run_shard(number, paths, first_index):
         index.close()
         for _, _, handle in outputs:
             handle.close()
-    return digests
+    return digests, job.shared.take_new()
 
 
 def _hosts_dir(job, shard):
@@ -276,7 +282,7 @@ def report_hosts(job, paths, jobs):
     _writers(job)  # made before the workers fork, they inherit them (0.3 s of set-up per process)
     try:
         if jobs == 1:
-            return _with_missing_hosts(job, _one_report_per_host([d for shard in shards for d in run_shard(*shard)]))
+            return _with_missing_hosts(job, _one_report_per_host([d for shard in shards for d in run_shard(*shard)[0]]))
         context = multiprocessing.get_context("fork")
         with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context, initializer=_die_with_parent) as pool:
             futures = [pool.submit(run_shard, *shard) for shard in shards]  # (the workers fork at the first)
@@ -284,7 +290,9 @@ def report_hosts(job, paths, jobs):
                 with reports.writing_back() as write_back:  # a thread: started after the fork
                     digests = []
                     for (number, _, _), future in zip(shards, futures):
-                        digests.extend(future.result())
+                        shard_digests, evidence = future.result()
+                        digests.extend(shard_digests)
+                        job.shared.evidence.update(evidence)
                         write_back(_hosts_dir(job, number))  # its host reports go to disk while the workers work
                 return _with_missing_hosts(job, _one_report_per_host(digests))
             except concurrent.futures.process.BrokenProcessPool as exc:
@@ -306,7 +314,7 @@ def _with_missing_hosts(job, digests):
     reason (in this process, as one last shard): a host never drops out of the run."""
     seen = set(d["host"] for d in digests)
     missing = [failed_record(host, NO_RECORD) for host in job.play_hosts or () if host not in seen]
-    return digests + run_shard(LAST_SHARD, missing, len(digests)) if missing else digests
+    return digests + run_shard(LAST_SHARD, missing, len(digests))[0] if missing else digests
 
 
 def _one_report_per_host(digests):
@@ -323,10 +331,11 @@ def stage(run_dir):
     return tempfile.mkdtemp(prefix=".report-", dir=run_dir)
 
 
-def put_hosts_in_place(run_dir, staging):
-    """Gather the shards' host reports into hosts/ and move it to run_dir/hosts (an earlier
-    report of the same run goes to the staging folder, which is removed, and its summary.json is
-    removed first: the folder is incomplete from its first change until reports.finish_run)."""
+def put_hosts_in_place(job, run_dir, staging):
+    """Gather the shards' host reports into hosts/ and move it to run_dir/hosts, after the file
+    of what they refer to (host_report.SHARED_FILE; an earlier report of the same run goes to the
+    staging folder, which is removed, and its summary.json is removed first: the folder is
+    incomplete from its first change until reports.finish_run)."""
     gathered = os.path.join(staging, "hosts")
     os.mkdir(gathered)
     for shard in sorted(glob.glob(os.path.join(staging, "hosts.*"))):
@@ -336,6 +345,8 @@ def put_hosts_in_place(run_dir, staging):
             os.rename(os.path.join(shard, name), os.path.join(gathered, name))
     with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(run_dir, reports.SUMMARY))
+    reports.write_atomic(os.path.join(run_dir, host_report.SHARED_FILE),
+                         reports.dump_compact(job.shared.document(job.run_id)).decode("utf-8"), durable=False)
     target = os.path.join(run_dir, "hosts")
     if os.path.lexists(target):
         os.replace(target, os.path.join(staging, "hosts-before"))

@@ -18,6 +18,7 @@ from ext4audit.rules import catalog
 from ext4audit import store as store_pkg
 from ext4audit.store import history, schema
 from ext4audit.parsers.ext4_parsers.superblock import e2fsprogs_default_journal_blocks
+from ext4audit.report import host_report
 
 PATH = os.path.join(catalog.RULES_DIR, "remediation.yml")
 SCHEMA = "ext4-fleet-audit/remediation/v1"
@@ -162,9 +163,8 @@ def _fill(arg: str, fill: Dict[str, str]) -> str:
 
 
 def read_host_report(run_dir: str, host: str) -> Dict[str, Any]:
-    """hosts/<host>.json of a run folder (the audit's own file name for the host)."""
-    path = reports.host_report_path(run_dir, host)
-    return reports.read_json(path, "host report")
+    """hosts/<host>.json of a run folder (the audit's own file name for the host), in full."""
+    return host_report.Reader(run_dir).read(reports.host_report_path(run_dir, host))
 
 
 def _open_store(location: str) -> Any:

@@ -19,6 +19,7 @@ from ext4audit.model import contract
 from ext4audit.report import reports
 from ext4audit.store import backends
 from ext4audit.model import times
+from ext4audit.report import host_report
 
 SLICE_TABLES = ("findings", "hosts", "kernel_groups", "rule_counts", "image_counts", "filesystems",
                 "slices")  # a slice's rows, slices last
@@ -35,6 +36,7 @@ class _HostReport(contract.HostReport):
 
 
 _HOST = msgspec.json.Decoder(_HostReport)
+_VERSION = msgspec.json.Decoder(host_report.Version)
 _EVIDENCE = msgspec.json.Encoder(order="sorted")
 HOST_COLUMNS = ("run_id", "slice", "host", "status", "reason", "kernel", "kernel_upstream", "kernel_vendor",
                 "groups_json", "fail_on", "findings", "failing", "waived", "image")
@@ -77,13 +79,18 @@ def read_run(run_dir: str) -> dict:
     with open(os.path.join(run_dir, reports.SUMMARY), "rb") as handle:
         digest.update(handle.read())
     fail_on_default = summary["policy"]["fail_on"]
-    hosts, filesystems = [], []
+    shared = os.path.join(run_dir, host_report.SHARED_FILE)
+    if os.path.exists(shared):  # what v2 host reports refer to: part of the run's content
+        with open(shared, "rb") as handle:
+            digest.update(host_report.SHARED_FILE.encode("utf-8") + b"\0" + handle.read())
+    hosts, filesystems, reader = [], [], host_report.Reader(run_dir)
     for path in _run_files(run_dir):
         with open(path, "rb") as handle:
             data = handle.read()
         digest.update(os.path.basename(path).encode("utf-8", "surrogateescape") + b"\0" + data)
         try:
-            report = _HOST.decode(data)
+            report = _HOST.decode(data) if _VERSION.decode(data).schema != contract.HOST_REPORT_SCHEMA else \
+                msgspec.convert(reader.read(path), _HostReport)  # v2: in full (the evidence keys stay the same)
         except msgspec.ValidationError as exc:
             raise reports.ReportError("host report %s: %s" % (path, contract.explain(exc, contract.HostReport)))
         except msgspec.DecodeError as exc:

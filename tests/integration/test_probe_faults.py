@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, VENV_BIN, load_json, needs_root, run
+from conftest import ROOT, VENV_BIN, load_host_report, load_json, needs_root, run
 from unit.test_probe_target import PROBE_PATH
 
 pytestmark = needs_root
@@ -305,7 +305,7 @@ def test_scratch_full_through_the_playbook_audit_completes_and_reports_it(loopfs
     out = proc.stdout.decode(errors="replace")
     assert proc.returncode == 0, out[-6000:]
     assert "verdict: pass" in out
-    report = load_json(os.path.join(str(reports), "latest", "hosts", "localhost.json"))
+    report = load_host_report(os.path.join(str(reports), "latest", "hosts", "localhost.json"))
     probe = report["probe"]
     # partial, not ran: what is missing is in the reason, and it confirms nothing
     assert probe["status"] == "partial", probe["status"]

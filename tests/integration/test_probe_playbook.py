@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, VENV_BIN, check_run_against_schemas, load_json, needs_root
+from conftest import ROOT, VENV_BIN, check_run_against_schemas, load_host_report, load_json, needs_root
 
 pytestmark = needs_root
 
@@ -31,7 +31,7 @@ def run_playbook(argv):
 
 
 def latest_host_report(reports):
-    return load_json(os.path.join(str(reports), "latest", "hosts", "localhost.json"))
+    return load_host_report(os.path.join(str(reports), "latest", "hosts", "localhost.json"))
 
 
 def leftovers(scratch_dir):

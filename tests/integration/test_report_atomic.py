@@ -35,7 +35,7 @@ from conftest import ROOT, VENV_BIN, fixture_text
 HOSTS = 2000
 SEED = int(os.environ.get("EXT4AUDIT_FAULT_SEED", "20260515"))
 OUTPUTS = ("summary.json", "junit.xml", "summary.md", "report.html", "report.sarif", "ext4audit.prom", "report.tap",
-           "findings-index.json", "report-data")
+           "findings-index.json", "report-data", "host-reports-shared.json")
 
 
 def facts(mountpoint, options):
@@ -92,7 +92,7 @@ def check_complete(run_dir, hosts):
     assert len(reports) == hosts, "%d host reports, expected %d" % (len(reports), hosts)
     for path in reports:
         with open(path) as handle:
-            assert json.load(handle)["schema"] == "ext4-fleet-audit/host-report/v1", path
+            assert json.load(handle)["schema"] == "ext4-fleet-audit/host-report/v2", path
     with open(os.path.join(run_dir, "summary.json")) as handle:
         assert json.load(handle)["counts"]["hosts"] == hosts
     ET.parse(os.path.join(run_dir, "junit.xml"))

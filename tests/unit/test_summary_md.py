@@ -5,13 +5,12 @@ synthetic fleet (its generator, the real report command), cloned to 10,000 host 
 
 import datetime
 import importlib.util
-import json
 import os
 import re
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, load_host_report
 from ext4audit.formats import markdown
 from ext4audit.report import finding_groups
 from ext4audit.report import reports
@@ -42,7 +41,7 @@ def real_run(tmp_path_factory):
 
 def host_reports(run):
     summary = reports.read_json(os.path.join(run, "summary.json"), "summary")
-    return summary, [reports.read_json(os.path.join(run, "hosts", reports.safe_name(row["host"]) + ".json"), "host")
+    return summary, [load_host_report(os.path.join(run, "hosts", reports.safe_name(row["host"]) + ".json"))
                      for row in summary["hosts"]]
 
 

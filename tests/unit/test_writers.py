@@ -99,14 +99,15 @@ def test_formats_choose_the_files_and_the_contract_files_are_always_written(run_
     rc, out, err = cli("report", run_dir, "--formats", "tap,junit")
     assert rc == 2, (out, err)
     # (the findings index is no format: a later run's --baseline reads it)
-    assert sorted(os.listdir(run_dir)) == ["facts", "findings-index.json", "hosts", "junit.xml", "report.tap",
-                                           "summary.json"]
+    assert sorted(os.listdir(run_dir)) == ["facts", "findings-index.json", "host-reports-shared.json", "hosts",
+                                           "junit.xml", "report.tap", "summary.json"]
     assert len(os.listdir(os.path.join(run_dir, "hosts"))) == 4
     # Reported again with every format, then with fewer: the run folder holds the formats chosen last.
     assert cli("report", run_dir)[0] == 2
     assert set(FILES.values()) <= set(os.listdir(run_dir))
     assert cli("report", run_dir, "--formats", "markdown")[0] == 2
-    assert sorted(os.listdir(run_dir)) == ["facts", "findings-index.json", "hosts", "summary.json", "summary.md"]
+    assert sorted(os.listdir(run_dir)) == ["facts", "findings-index.json", "host-reports-shared.json", "hosts",
+                                           "summary.json", "summary.md"]
 
 
 def test_an_unknown_format_is_an_error_naming_it_and_writes_nothing(run_dir):
