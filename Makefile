@@ -12,7 +12,7 @@ APT_COMMANDS := dumpe2fs debugfs losetup
 APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-.PHONY: schemas collection setup setup-dev deps vm-deps lint-deps test-deps sarif-multitool ansible-cores galaxy-importer cloud-deps audit test lint rules docs role-readmes module-returns clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records e2fsprogs-corpus
+.PHONY: schemas collection setup setup-dev deps vm-deps lint-deps test-deps sarif-multitool ansible-cores galaxy-importer cloud-deps audit test lint rules docs role-readmes module-returns clean molecule fleet-up fleet-down vm-up vm-audit vm-down vm-kernel-gate kernel-records e2fsprogs-corpus typecheck
 setup: deps $(VENV)/.installed
 
 # Debian packages the audit and the tests use; installed only when a tool is missing.
@@ -168,6 +168,11 @@ lint: setup-dev lint-deps
 	@test -x $(VENV)/bin/actionlint || { echo "actionlint is missing: it needs Go >= $(ACTIONLINT_GO_MIN) (make lint-deps)"; exit 1; }
 	$(VENV)/bin/actionlint -config-file .github/actionlint.yaml .github/workflows/*.yml
 	$(VENV)/bin/zizmor --offline --persona=auditor --no-progress .github/workflows
+
+# mypy over the paths and with the settings of pyproject.toml's [tool.mypy] (its `files`): non-zero
+# on any type error. tests/unit/test_typecheck.py runs the same command, so CI fails on one too.
+typecheck: setup-dev
+	$(VENV)/bin/mypy
 
 # The Molecule scenarios (root): this machine with risky loop mounts; a loopback SSH fleet of 8
 # hosts, one of which goes down mid-run. Molecule runs ansible-config and pytest from PATH.

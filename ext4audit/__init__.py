@@ -16,12 +16,12 @@ EXIT_CODES = {"pass": 0, "fail": 1, "incomplete": 2}
 ERROR = EXIT_CODES["incomplete"]
 
 
-def severity_rank(name):
+def severity_rank(name: str) -> int:
     """info=0 .. critical=4; raises ValueError for an unknown name."""
     return SEVERITIES.index(name)
 
 
-def umask():
+def umask() -> int:
     """This process's umask (reading it means setting it, briefly)."""
     mask = os.umask(0o022)
     os.umask(mask)

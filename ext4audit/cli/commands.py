@@ -11,6 +11,8 @@ import os
 import re
 import sys
 import traceback
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from ext4audit import DEFAULT_FAIL_ON, ERROR, SEVERITIES, severity_rank
 from ext4audit.model import contract
@@ -32,13 +34,14 @@ from ext4audit.report import host_report
 
 
 
-def load_probe(run_dir):
+def load_probe(run_dir: str) -> tuple[dict[str, dict[str, Any]] | None, dict[str, Any] | None]:
     """The run's probe records by host and its plan, from <run_dir>/probe/: (None, None) when the
     run had no probe. The plan is the file whose schema says so (the playbook names it plan.json)."""
     folder = os.path.join(run_dir, "probe")
     if not os.path.isdir(folder):
         return None, None
-    records, plan = {}, None
+    records: dict[str, dict[str, Any]] = {}
+    plan = None
     for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
         doc = reports.read_json(path, "probe file")
         where = "probe file %s" % path
@@ -58,7 +61,7 @@ def load_probe(run_dir):
     return records, plan
 
 
-def load_baseline(args):
+def load_baseline(args: argparse.Namespace) -> Any:
     """The --baseline run, its summary and folder checked before anything is written (None without
     one). fail_on_new without --baseline: the last complete run in the results store."""
     if args.fail_on_new and not args.baseline and getattr(args, "store", None) != store_mod.OFF:
@@ -69,14 +72,15 @@ def load_baseline(args):
     return baseline_mod.load(args.baseline, args.run_dir) if args.baseline else None
 
 
-def plotted_hosts(probes, plan):
+def plotted_hosts(probes: dict[str, dict[str, Any]] | None, plan: dict[str, Any] | None) -> Any:
     """The hosts whose probe gets pictures in report.html (html.plotted_hosts): of the hosts
     whose sweep completed runs, the first by name."""
-    return html.plotted_hosts(probes or {}, lambda host: (probe.host_section(probes[host], plan).get("sweep") or {})
+    records = probes or {}
+    return html.plotted_hosts(records, lambda host: (probe.host_section(records[host], plan).get("sweep") or {})
                               .get("runs_completed"))
 
 
-def open_run(run_dir):
+def open_run(run_dir: str) -> tuple[int, str]:
     """The run folder opened by descriptor (run_folder.open_folder: from / without following a
     symbolic link, refused when another user could write it or its reports folder), and the path
     that reaches it through the descriptor: nothing swapped at run_dir later changes where the
@@ -90,7 +94,7 @@ def open_run(run_dir):
     return fd, "/proc/self/fd/%d" % fd
 
 
-def cmd_report(args):
+def cmd_report(args: argparse.Namespace) -> int:
     fd, held = open_run(args.run_dir)
     try:
         return _report(args, held)
@@ -100,7 +104,7 @@ def cmd_report(args):
         os.close(fd)
 
 
-def _report(args, run_dir):
+def _report(args: argparse.Namespace, run_dir: str) -> int:
     catalog = catalog_mod.load(args.rules_dir, args.site_rules)
     waivers = waivers_mod.load(args.waivers, set(catalog.by_id)) if args.waivers else []
     base = load_baseline(args)
@@ -112,7 +116,7 @@ def _report(args, run_dir):
     job = fleet.Job(run_dir, catalog, waivers, base, probes, plan, run_id, now, args.fail_on, args.fail_on_new,
                     max(len(paths), len(play_hosts or ())), plotted_hosts(probes, plan), os.path.join(args.rules_dir, "catalog.yml"),
                     args.inventory, args.formats, play_hosts)
-    job.history = store_commands.report_history(args)  # summary.md's groups: open since, trend
+    job.history = store_commands.report_history(args)  # type: ignore[attr-defined]  # not declared by fleet.Job
     summary_path = os.path.join(run_dir, reports.SUMMARY)
     try:
         job.staging = fleet.stage(run_dir)
@@ -141,7 +145,7 @@ def _report(args, run_dir):
     return reports.EXIT_CODES[summary["verdict"]]
 
 
-def load_host_reports(run_dir, facts=True):
+def load_host_reports(run_dir: str, facts: bool = True) -> list[dict[str, Any]]:
     """Every host report of a run folder, in full (facts=False: without filesystems and netfs)."""
     paths = sorted(glob.glob(os.path.join(run_dir, "hosts", "*.json")))
     if not paths:
@@ -150,7 +154,7 @@ def load_host_reports(run_dir, facts=True):
     return [read_host_report(path, "host report", reader) for path in paths]
 
 
-def read_host_report(path, what, reader=None):
+def read_host_report(path: str, what: str, reader: host_report.Reader | None = None) -> dict[str, Any]:
     """A host report in full (host_report.Reader: either version), checked against its model: a
     hand-edited or foreign file is a clear error (exit 2) naming the file, host and field, never
     a traceback."""
@@ -165,7 +169,7 @@ def read_host_report(path, what, reader=None):
     return report
 
 
-def _is_stamp(text):
+def _is_stamp(text: str) -> bool:
     try:
         times.moment_of(text)
     except ValueError:
@@ -173,7 +177,7 @@ def _is_stamp(text):
     return True
 
 
-def cmd_gate(args):
+def cmd_gate(args: argparse.Namespace) -> int:
     """Re-evaluate a finished run offline: same reports, the policy given now, waivers as of now."""
     if args.run:
         return store_commands.cmd_store_gate(args)
@@ -206,7 +210,7 @@ def cmd_gate(args):
     return reports.EXIT_CODES[summary["verdict"]]
 
 
-def cmd_merge(args):
+def cmd_merge(args: argparse.Namespace) -> int:
     """Merge sliced runs' facts/ and probe/ into a new run folder and report on it as one run."""
     merge.stage(args.run_dir, args.slices)  # checks every slice before it writes anything
     try:
@@ -216,15 +220,17 @@ def cmd_merge(args):
         raise
 
 
-def cmd_host_report(args):
+def cmd_host_report(args: argparse.Namespace) -> int:
     """Print a host report in full (its references to the run's shared file and facts resolved), as JSON."""
     sys.stdout.write(reports.json_text(read_host_report(args.path, "host report")))
     return 0
 
 
-def cmd_kernel_gate(args):
+def cmd_kernel_gate(args: argparse.Namespace) -> int:
     """Compare a baseline and a candidate host's probe runs and findings; write kernel_gate.{json,md}."""
-    sides, plan_ids, loaded = [], [], {}
+    sides: list[dict[str, Any]] = []
+    plan_ids: list[str | None] = []
+    loaded: dict[str, tuple[Any, Any]] = {}
     for role, host, run_dir in (("baseline", args.baseline, args.baseline_run or args.run_dir),
                                 ("candidate", args.candidate, args.run_dir)):
         if run_dir not in loaded:  # both sides usually come from the same run folder
@@ -249,7 +255,7 @@ def cmd_kernel_gate(args):
     return reports.EXIT_CODES[gate["verdict"]]
 
 
-def cmd_check(args):
+def cmd_check(args: argparse.Namespace) -> int:
     """Validate the rule catalog, the site rules, the waiver file, hosts' policies and the report
     formats (the playbooks' preflight, before any host is contacted)."""
     catalog = catalog_mod.load(args.rules_dir, args.site_rules)
@@ -264,7 +270,7 @@ def cmd_check(args):
     return 0
 
 
-def cmd_rules(args):
+def cmd_rules(args: argparse.Namespace) -> int:
     """The rule list as a Markdown table (the README's copy is checked against this)."""
     catalog = catalog_mod.load(args.rules_dir)
     print("| id | severity | kind | scope | seed | title |")
@@ -281,7 +287,7 @@ def cmd_rules(args):
     return 0
 
 
-def cmd_plan(args):
+def cmd_plan(args: argparse.Namespace) -> int:
     """Write a seeded probe plan (Chopper-style Latin hypercube) as JSON."""
     plan = probe.make_plan(args.seed, args.runs, args.levels)
     reports.write_json(args.out, plan)
@@ -289,7 +295,7 @@ def cmd_plan(args):
     return 0
 
 
-def cmd_remediate_plan(args):
+def cmd_remediate_plan(args: argparse.Namespace) -> int:
     """Print, as JSON, the fixes one host's findings in a run folder or a night of the store get (playbooks/remediate.yml)."""
     from ext4audit.steps import remediation
     try:
@@ -306,7 +312,7 @@ def cmd_remediate_plan(args):
     return 0
 
 
-def cmd_remediate_night(args):
+def cmd_remediate_night(args: argparse.Namespace) -> int:
     """Print the night of the store the remediation reads: the given run id, checked complete, or the latest complete one."""
     from ext4audit.steps import remediation
     try:
@@ -317,7 +323,7 @@ def cmd_remediate_night(args):
     return 0
 
 
-def cmd_remediate_outcome(args):
+def cmd_remediate_outcome(args: argparse.Namespace) -> int:
     """Print, as JSON, each planned fix of one host as fixed, pending or failed after the re-audit."""
     from ext4audit.steps import remediation
     try:
@@ -330,7 +336,7 @@ def cmd_remediate_outcome(args):
     return 0
 
 
-def _json_arg(text, kind, name):
+def _json_arg(text: str, kind: type, name: str) -> Any:
     try:
         value = json.loads(text)
     except ValueError as exc:
@@ -340,12 +346,12 @@ def _json_arg(text, kind, name):
     return value
 
 
-def _site_rules_option(parser):
+def _site_rules_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--site-rules", action="append", default=[], metavar="DIR",
                         help="a folder of site rule files (*.yml, the catalog's schema); repeatable")
 
 
-def _policies(text):
+def _policies(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except ValueError as exc:
@@ -355,12 +361,12 @@ def _policies(text):
     return value
 
 
-def _classes(text):
+def _classes(text: str) -> list[str]:
     """"data corruption,crash/BUG" -> a list; "" -> none."""
     return [name.strip() for name in text.split(",") if name.strip()]
 
 
-def _formats(text):
+def _formats(text: str) -> list[str]:
     try:
         return writers.names(text)
     except writers.FormatError as exc:
@@ -380,13 +386,13 @@ def _run_id(text: str) -> str:
     return text
 
 
-def _add_formats(parser):
+def _add_formats(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--formats", type=_formats, default=list(writers.FORMATS), metavar="LIST",
                         help="report files to write besides summary.json and hosts/: a comma-separated list of %s, "
                              "or %s (default)" % (", ".join(writers.FORMATS), writers.ALL))
 
 
-def _bool(text):
+def _bool(text: str) -> bool:
     if text.lower() in ("1", "true", "yes", "on"):
         return True
     if text.lower() in ("0", "false", "no", "off"):
@@ -395,7 +401,8 @@ def _bool(text):
 
 
 class _Version(argparse.Action):
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
         code, line = version.report()
         print(line, file=sys.stderr if code else sys.stdout)
         parser.exit(code)
@@ -406,7 +413,8 @@ class _CheckVersion(argparse.Action):
     plan cache's prefix, then the check. Given first, it runs before the other options are read, so
     the roles' preflight learns the version even when an option is wrong: one start for both."""
 
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
         code, line = version.report()
         if code:
             print(line, file=sys.stderr)
@@ -415,7 +423,7 @@ class _CheckVersion(argparse.Action):
         print("plan cache: %s" % probe.plan_cache_prefix())
 
 
-def _run_elsewhere(_args):
+def _run_elsewhere(_args: argparse.Namespace) -> NoReturn:
     raise reports.ReportError("`ext4audit run` starts in ext4audit.__main__.main (the ext4audit command), not cli.main")
 
 
@@ -480,7 +488,7 @@ def main(argv: "list[str] | None" = None) -> int:
                                        help="worker processes for fleets of %d hosts or more (default: the CPUs "
                                             "this process may use, %d here)" % (fleet.PARALLEL_FROM, fleet.default_jobs()))
     store_commands.add_history_parser(sub)
-    p = sub.add_parser("host-report", help=cmd_host_report.__doc__.splitlines()[0])
+    p = sub.add_parser("host-report", help=cmd_host_report.__doc__.splitlines()[0])  # type: ignore[union-attr]  # it has one
     p.add_argument("path", help="reports/<run-id>/hosts/<host>.json")
     p.set_defaults(func=cmd_host_report)
     p = sub.add_parser("kernel-gate", help=cmd_kernel_gate.__doc__)
@@ -493,16 +501,16 @@ def main(argv: "list[str] | None" = None) -> int:
     p.add_argument("--record-fail-classes", type=_classes, default=kernel_gate.DEFAULTS["record_fail_classes"],
                    metavar="CLASS,...", help="classes of kernel CNA records that fail the gate when the candidate "
                    "lacks a fix the baseline had; empty: list only (default: %s)"
-                   % ",".join(kernel_gate.DEFAULTS["record_fail_classes"]))
+                   % ",".join(kernel_gate.DEFAULTS["record_fail_classes"]))  # type: ignore[arg-type]  # DEFAULTS: dict[str, object]
     for name, help_text in (("alpha", "significance level of the paired Wilcoxon test"),
                             ("min_effect", "smallest rank-biserial effect size that counts"),
                             ("dspan_tolerance", "allowed relative rise of the p99 d-span"),
                             ("tail_tolerance", "allowed rise of the tail share (absolute)"),
                             ("ratio_tolerance", "allowed relative rise of a confirmation ratio")):
         p.add_argument("--" + name.replace("_", "-"), type=float, default=kernel_gate.DEFAULTS[name],
-                       help="%s (default %g)" % (help_text, kernel_gate.DEFAULTS[name]))
+                       help="%s (default %g)" % (help_text, kernel_gate.DEFAULTS[name]))  # type: ignore[str-format]
     p.set_defaults(func=cmd_kernel_gate)
-    p = sub.add_parser("check", help=cmd_check.__doc__.splitlines()[0])
+    p = sub.add_parser("check", help=cmd_check.__doc__.splitlines()[0])  # type: ignore[union-attr]  # it has one
     p.add_argument("--version", action=_CheckVersion, nargs=0,
                    help="first print the version and check the installed requirements, as ext4audit --version "
                         "(exit 1 when one is wrong), and where plans are cached (the roles' preflight)")
@@ -539,7 +547,7 @@ def main(argv: "list[str] | None" = None) -> int:
     p.add_argument("--plan", required=True, help="JSON: remediate-plan's output for the host")
     p.add_argument("--applied", default="[]", help="JSON: per planned fix, {error} or {pending} from applying it")
     p.set_defaults(func=cmd_remediate_outcome)
-    p = sub.add_parser("plan", help=cmd_plan.__doc__.splitlines()[0])
+    p = sub.add_parser("plan", help=cmd_plan.__doc__.splitlines()[0])  # type: ignore[union-attr]  # it has one
     p.add_argument("--seed", type=int, default=probe.DEFAULT_SEED,
                    help="random seed (default: %d, so plans compare across hosts and kernels)" % probe.DEFAULT_SEED)
     p.add_argument("--runs", type=int, default=probe.DEFAULT_RUNS, help="treatments (default: %d)" % probe.DEFAULT_RUNS)

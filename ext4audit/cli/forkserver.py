@@ -23,7 +23,8 @@ import signal
 import socket
 import struct
 import sys
-from typing import Callable, Sequence
+import subprocess
+from typing import Any, Callable, NoReturn, Sequence
 
 import ext4audit
 from ext4audit import ERROR, umask
@@ -35,7 +36,7 @@ REFUSED = "refused"
 POLL_S = 0.05  # how often the server looks for the playbook's end when no request comes
 
 
-def package_dir():
+def package_dir() -> str:
     """The package the commands come from: a command of another installation is not served."""
     return os.path.realpath(os.path.dirname(os.path.abspath(ext4audit.__file__)))
 
@@ -82,7 +83,7 @@ def forward(argv: list) -> "int | None":
 
 
 # ------------------------------------------------------------------ the server's side
-def listen(directory):
+def listen(directory: str) -> "tuple[socket.socket, str] | tuple[None, None]":
     """A listening socket in `directory` (private to this user): (socket, its path), or (None, None)
     when none can be made there (a path longer than AF_UNIX takes): the commands then start as usual."""
     path = os.path.join(directory, SOCKET_NAME)
@@ -96,7 +97,7 @@ def listen(directory):
     return listener, path
 
 
-def _read_request(conn):
+def _read_request(conn: socket.socket) -> "tuple[dict[str, Any], list[int]]":
     """(request, fds) from a connection: the length, the JSON document and the three streams."""
     head, fds, _flags, _addr = socket.recv_fds(conn, 4, 3)
     try:
@@ -124,7 +125,7 @@ def _read_request(conn):
         raise
 
 
-def _child(request, fds, listener, command):
+def _child(request: "dict[str, Any]", fds: "list[int]", listener: socket.socket, command: Callable[[list], int]) -> NoReturn:
     """In the fork: command(argv) on the client's streams, in its directory and environment; never returns."""
     code = ERROR
     try:
@@ -156,7 +157,7 @@ def _child(request, fds, listener, command):
             os._exit(code if isinstance(code, int) and 0 <= code < 256 else ERROR)
 
 
-def _serve_one(listener, command):
+def _serve_one(listener: socket.socket, command: Callable[[list], int]) -> None:
     """Accept one request: refuse it, or fork its command and answer with the command's exit code."""
     conn = listener.accept()[0]
     with conn:
@@ -194,7 +195,8 @@ def _serve_one(listener, command):
             pass
 
 
-def serve(listener, child, command: Callable[[list], int], preload: Sequence[str] = ()) -> int:
+def serve(listener: "socket.socket | None", child: subprocess.Popen, command: Callable[[list], int],
+          preload: Sequence[str] = ()) -> int:
     """Load the modules `preload` names and serve requests, each by command(argv) in a fork, until
     the process `child` (ansible-playbook, a Popen) ends; returns its exit code. Each module is a
     step after which waiting requests are served (a request that comes during an import waits for
@@ -206,6 +208,7 @@ def serve(listener, child, command: Callable[[list], int], preload: Sequence[str
             code = child.poll() if listener else child.wait()
             if code is not None:
                 return code
+            assert listener is not None  # without one, child.wait() above has returned
             ready = select.select([listener], [], [], 0 if pending else POLL_S)[0]
             if ready:
                 try:

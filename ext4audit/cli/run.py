@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 import ext4audit
 from ext4audit import ERROR, EXIT_CODES
@@ -60,7 +61,7 @@ def playbook_command(argv: list) -> int:
     return cli.main(argv)
 
 
-def ansible_playbook():
+def ansible_playbook() -> str:
     """The ansible-playbook beside this Python (the venv's), else the one on PATH."""
     beside = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
     return beside if os.access(beside, os.X_OK) else shutil.which("ansible-playbook") or "ansible-playbook"
@@ -78,7 +79,7 @@ def verdict_code(ansible_rc: int, exit_file: str) -> "tuple[int, str | None]":
     if ansible_rc not in ANSIBLE_FINISHED:
         return ERROR, "ansible-playbook exited %d (an error of Ansible or the playbook)" % ansible_rc
     try:
-        record = json.loads(data) if len(data) <= RECORD_MAX else None
+        record: Any = json.loads(data) if len(data) <= RECORD_MAX else None  # (None: AttributeError below)
         gate = record.get("gate", True)
         if gate not in (True, False):
             raise TypeError(gate)
@@ -142,7 +143,7 @@ def watchdog(token: str) -> None:
     kill_run(token)
 
 
-def start_watchdog(token: str):
+def start_watchdog(token: str) -> "tuple[int, subprocess.Popen]":
     """The watchdog in its own session (a signal to our group does not reach it); returns the pipe's
     writing end (closed with a byte on a normal end) and the process."""
     read_end, write_end = os.pipe()
@@ -159,7 +160,7 @@ def start_watchdog(token: str):
     return write_end, process
 
 
-def _own_group_in_front():
+def _own_group_in_front() -> None:
     """In the child before exec: its own process group, and the terminal's foreground group when
     ours was (as a shell does for a job), so a password prompt reads and Ctrl-C reaches Ansible."""
     os.setpgid(0, 0)
@@ -172,7 +173,7 @@ def _own_group_in_front():
         pass
 
 
-def _take_terminal_back():
+def _take_terminal_back() -> None:
     try:
         if os.isatty(0) and os.tcgetpgrp(0) != os.getpgrp():
             previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
@@ -197,7 +198,7 @@ def main(argv: list) -> int:
         command = [ansible_playbook()] + argv + ["-e", json.dumps({EXIT_FILE_VAR: exit_file})]
         # the playbook's `ext4audit` commands run in forks of this process (forkserver.py)
         listener, server_path = forkserver.listen(private)
-        env = dict(os.environ, **{RUN_ENV: token}, **({forkserver.ENV: server_path} if listener else {}))
+        env = dict(os.environ, **{RUN_ENV: token}, **({forkserver.ENV: server_path} if server_path else {}))
         watch_fd, watcher = start_watchdog(token)
         try:
             child = subprocess.Popen(command, env=env, preexec_fn=_own_group_in_front)
@@ -209,7 +210,7 @@ def main(argv: list) -> int:
             os.close(watch_fd)
             return ERROR
 
-        def forward(signum, _frame):
+        def forward(signum: int, _frame: Any) -> None:
             """A TERM or INT (a CI job cancelled) goes to the playbook's group; what is left of the
             run after STOP_GRACE_S is killed (SIGALRM)."""
             stopped.append(signum)
@@ -219,7 +220,7 @@ def main(argv: list) -> int:
                 pass
             signal.alarm(STOP_GRACE_S)
 
-        stopped = []
+        stopped: "list[int]" = []
 
         previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
         previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, lambda _s, _f: kill_run(token, 0.5))
@@ -247,5 +248,6 @@ def main(argv: list) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == [WATCHDOG_OPTION]:
-        sys.exit(watchdog(sys.argv[2]))
+        watchdog(sys.argv[2])
+        sys.exit(0)
     sys.exit(main(sys.argv[1:]))

@@ -14,11 +14,11 @@ DISTRIBUTION = "ext4audit"
 _REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(==|>=)?\s*([^\s,;]*)")
 
 
-def _release(text):
+def _release(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text.split("+")[0])[:3])
 
 
-def problems():
+def problems() -> list[str]:
     """What is wrong with the installed requirements, one phrase each (empty: all fine). A checkout
     that is not installed has no metadata to check: its venv comes from requirements.txt."""
     try:
@@ -29,7 +29,9 @@ def problems():
     for requirement in requirements:
         if ";" in requirement and "extra ==" in requirement:
             continue
-        name, operator, wanted = _REQUIREMENT.match(requirement).groups()
+        match = _REQUIREMENT.match(requirement)
+        assert match is not None  # the pattern's parts are all optional but the name, as pip's are
+        name, operator, wanted = match.groups()
         try:
             have = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
@@ -40,7 +42,7 @@ def problems():
     return found
 
 
-def report():
+def report() -> tuple[int, str]:
     """(exit code, line) for --version."""
     found = problems()
     if found:

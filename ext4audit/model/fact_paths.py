@@ -95,10 +95,10 @@ _KNOWN = dict((scope, frozenset("%s.%s" % (root, key) for root, keys in roots.it
               for scope, roots in BY_SCOPE.items())
 
 
-def known(scope, path):
+def known(scope: str, path: str) -> bool:
     """Whether a rule of this scope can read path."""
     return path in _KNOWN[scope]
 
 
-def roots(scope):
+def roots(scope: str) -> list[str]:
     return sorted(BY_SCOPE[scope])

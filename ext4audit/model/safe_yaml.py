@@ -14,6 +14,7 @@ what it must and words the error (with the offending line's text, which C marks 
 
 import os
 import stat
+from typing import IO, Any, Callable
 
 import yaml
 
@@ -24,7 +25,7 @@ MAX_FAST_DEPTH = 64
 
 
 class Loader(yaml.SafeLoader):
-    def compose_node(self, parent, index):
+    def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.composer.ComposerError(
@@ -33,7 +34,7 @@ class Loader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-def _plain(handle):
+def _plain(handle: IO[bytes]) -> bool:
     """Whether the stream parses (C parser) with no alias and nesting at most MAX_FAST_DEPTH deep.
     Events come one at a time, so a refused stream is not read further."""
     depth = 0
@@ -52,7 +53,7 @@ def _plain(handle):
     return True
 
 
-def _regular_only(path, flags):
+def _regular_only(path: str, flags: int) -> int:
     """An opener: refused (OSError naming the file) unless it is a regular file: a FIFO would block
     the read until someone writes to it, a device never end. O_NONBLOCK: the open itself does not
     wait for a FIFO's writer."""
@@ -67,12 +68,12 @@ def _regular_only(path, flags):
     return fd
 
 
-def open_regular(path):
+def open_regular(path: str) -> IO[bytes]:
     """The file at path opened for reading (its name in every error mark), if a regular file."""
     return open(path, "rb", opener=_regular_only)  # pylint: disable=consider-using-with  # the caller's with
 
 
-def _read(path, read):
+def _read(path: str, read: Callable[..., Any]) -> Any:
     """read(stream, Loader=...) (yaml.load or yaml.compose) of the file at path, bytes in (PyYAML
     checks the encoding); the stream's name puts the file into every error's mark."""
     with open_regular(path) as handle:
@@ -86,12 +87,12 @@ def _read(path, read):
         return read(handle, Loader=Loader)
 
 
-def load(path):
+def load(path: str) -> Any:
     """The document in the file at path. Raises OSError, Error, and ValueError/RecursionError for
     a timestamp that is no date or absurd nesting."""
     return _read(path, yaml.load)
 
 
-def compose(path):
+def compose(path: str) -> Any:
     """The file's node tree (line numbers of its entries), with the same refusals as load."""
     return _read(path, yaml.compose)

@@ -18,6 +18,8 @@ import itertools
 import json
 import math
 import os
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -49,19 +51,19 @@ class ProbeError(ValueError):
 class _Lazy(collections.abc.Sequence):
     """Generated levels, computed one at a time: permutations of n chunks number n!."""
 
-    def __init__(self, count, nth):
+    def __init__(self, count: int, nth: Callable[[int], Any]) -> None:
         self._count, self._nth = count, nth
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self._count
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: Any) -> Any:
         if not 0 <= index < self._count:
             raise IndexError(index)
         return self._nth(index)
 
 
-def _permutation(n, index):
+def _permutation(n: int, index: int) -> list[int]:
     """The index-th permutation of range(n) in itertools.permutations (lexicographic) order,
     read off the factorial number system."""
     pool, order = list(range(n)), []
@@ -71,21 +73,22 @@ def _permutation(n, index):
     return order
 
 
-def _bitmap(n, index):
+def _bitmap(n: int, index: int) -> list[bool]:
     """The index-th of itertools.product([False, True], repeat=n): index's bits, first bit highest."""
     return [bool(index >> (n - 1 - k) & 1) for k in range(n)]
 
 
-def _is_int(value):
+def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _ints(values, where):
+def _ints(values: list[Any], where: str) -> None:
     if not all(_is_int(v) for v in values):
         raise ProbeError("%s: %r must be integers" % (where, values))
 
 
-def _levels(spec, where):
+def _levels(spec: Any, where: str) -> collections.abc.Sequence[Any]:
+    levels: collections.abc.Sequence[Any]
     if isinstance(spec, list):
         levels = spec
     elif isinstance(spec, dict) and "range" in spec and set(spec) <= {"range", "scale"}:
@@ -111,7 +114,7 @@ def _levels(spec, where):
 
 
 @functools.lru_cache(maxsize=None)
-def _factor_file():
+def _factor_file() -> dict[str, Any]:
     try:
         doc = safe_yaml.load(FACTORS_FILE)
     except (OSError, safe_yaml.Error, ValueError, RecursionError) as exc:
@@ -121,12 +124,12 @@ def _factor_file():
     return doc
 
 
-def factor_names():
+def factor_names() -> list[str]:
     """The factors in plan column order."""
     return list(_factor_file()["factors"])
 
 
-def _set_spec(name):
+def _set_spec(name: str) -> dict[str, Any]:
     sets = _factor_file()["level_sets"]
     if name not in sets:
         raise ProbeError("unknown level set %r (factors.yml has %s)" % (name, ", ".join(sorted(sets))))
@@ -135,7 +138,7 @@ def _set_spec(name):
     return dict(_set_spec(parent), **spec) if parent else spec
 
 
-def levels(level_set="short"):
+def levels(level_set: str = "short") -> dict[str, collections.abc.Sequence[Any]]:
     """{factor: levels} of a level set, in plan column order; generated levels index lazily."""
     spec = _set_spec(level_set)
     unknown = set(spec) - set(factor_names())
@@ -155,14 +158,14 @@ def levels(level_set="short"):
     return result
 
 
-def human_bytes(value):
+def human_bytes(value: float) -> str:
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if abs(value) >= size:
             return "%.4g %s" % (value / size, unit)
     return "%.4g B" % value
 
 
-def level_label(factor, value):
+def level_label(factor: str, value: Any) -> str:
     """A level as people read it: bytes in KiB/MiB/GiB, bitmaps as 0/1 strings (the paper's
     "1***"), chunk orders as lists."""
     if factor in _factor_file()["bytes"]:
@@ -174,12 +177,12 @@ def level_label(factor, value):
     return "%g" % value if isinstance(value, float) else str(value)
 
 
-def factor_title(factor):
+def factor_title(factor: str) -> str:
     """What a factor is, in plain words (factors.yml titles): "fsync pattern" for Fsync."""
     return _factor_file()["titles"].get(factor, factor)
 
 
-def _writes(bits):
+def _writes(bits: list[bool]) -> str:
     """The writes (numbered from 1, in write order) a bitmap marks, in words."""
     marked = [str(k + 1) for k, bit in enumerate(bits) if bit]
     if len(marked) == len(bits):
@@ -191,7 +194,7 @@ def _writes(bits):
     return "writes %s and %s" % (", ".join(marked[:-1]), marked[-1])
 
 
-def level_name(factor, value):
+def level_name(factor: str, value: Any) -> str:
     """A level named by what it means, for people reading a report: "fsync after writes 2 and 4"
     where level_label says 0101, "order 3-1-0-2" for a chunk order, sizes with units. The
     Fsync and Sync bitmaps apply in write order (the k-th write, not chunk k), as the probe
@@ -218,7 +221,7 @@ def level_name(factor, value):
     return level_label(factor, value)
 
 
-def level_names(level_set):
+def level_names(level_set: str) -> dict[str, dict[str, str]]:
     """{factor: {level_label: level_name}} of a level set: how a sweep's tail map (keyed by
     level_label) is shown."""
     return dict((name, dict((level_label(name, v), level_name(name, v)) for v in values))
@@ -226,7 +229,7 @@ def level_names(level_set):
 
 
 # ------------------------------------------------------------------ the plan
-def lhs_centres(seed, runs, dims):
+def lhs_centres(seed: int, runs: int, dims: int) -> np.ndarray:
     """scipy.stats.qmc.LatinHypercube(d=dims, scramble=False, rng=seed).random(runs), the same
     numbers drawn the same way, without importing scipy (0.6 s of every `make audit`). As scipy
     1.17 does: the engine's Generator is the first child spawned from default_rng(seed)'s seed
@@ -239,7 +242,7 @@ def lhs_centres(seed, runs, dims):
     return (strata.T - 0.5) / runs
 
 
-def make_plan(seed=DEFAULT_SEED, runs=DEFAULT_RUNS, level_set="short"):
+def make_plan(seed: int = DEFAULT_SEED, runs: int = DEFAULT_RUNS, level_set: str = "short") -> dict[str, Any]:
     """A seeded Latin hypercube plan: the same seed, runs and level set give the same plan,
     byte for byte the one scipy's unscrambled LatinHypercube gave (tests/unit/test_probe_controller.py).
     Each row of the unit hypercube becomes a treatment by Chopper's pick_by_level:
@@ -259,7 +262,7 @@ def make_plan(seed=DEFAULT_SEED, runs=DEFAULT_RUNS, level_set="short"):
     sample = lhs_centres(seed, runs, len(factors))
     treatments = []
     for number, row in enumerate(sample):
-        treatment = {"id": number}
+        treatment: dict[str, Any] = {"id": number}
         for (name, values), u in zip(factors.items(), row):
             treatment[name] = values[min(int(u * len(values)), len(values) - 1)]
         treatments.append(treatment)
@@ -268,7 +271,7 @@ def make_plan(seed=DEFAULT_SEED, runs=DEFAULT_RUNS, level_set="short"):
             "treatments": treatments}
 
 
-def plan_cache_prefix():
+def plan_cache_prefix() -> str:
     """Where the roles keep the plans this code makes (they add the seed, runs and level set):
     the user's cache folder, and a digest of all a plan depends on besides its arguments (this
     file, the level sets, the plan schema and numpy's generator), so a changed code never reuses
@@ -283,11 +286,11 @@ def plan_cache_prefix():
 
 
 # ------------------------------------------------------------------ the analysis
-def _number(value):
+def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _quantiles(values):
+def _quantiles(values: np.ndarray) -> dict[str, float | None]:
     if len(values) == 0:
         return {"p50": None, "p90": None, "p99": None}
     # numpy's default (linear) is R's type 7, what Chopper's quantile() calls used.
@@ -295,12 +298,12 @@ def _quantiles(values):
     return {"p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
-def _key(value):
+def _key(value: Any) -> str:
     """A hashable, comparable form of a level (chunk orders and bitmaps are lists)."""
     return json.dumps(value)
 
 
-def analyze(plan, result):
+def analyze(plan: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
     """Chopper's analysis of one sweep, on the completed runs paired to the plan by id.
 
     Y is a run's `dspan`: the largest d-span of its files (Chopper's max.dspan). Returns the
@@ -320,7 +323,7 @@ def analyze(plan, result):
         else:
             ignored += 1
     y = np.array([r["dspan"] for r in runs], dtype=float)
-    out = {"runs_planned": len(treatments), "runs_completed": len(runs), "dspan": _quantiles(y),
+    out: dict[str, Any] = {"runs_planned": len(treatments), "runs_completed": len(runs), "dspan": _quantiles(y),
            "tail_vs_ideal": _quantiles(y / np.array([r["ideal"] for r in runs], dtype=float)),
            "prioritization": [], "mapping": None, "interactions": [], "notes": []}
     if ignored:
@@ -340,7 +343,7 @@ def analyze(plan, result):
         out["notes"].append("every run has the same d-span (Var(Y) = 0): no factor explains anything, "
                             "every S is 0, and every run is at the tail threshold")
 
-    def share(groups):
+    def share(groups: np.ndarray) -> float:
         """Var(E[Y | groups]) / Var(Y), the level means weighted by their run counts: the
         paper's first-order index. Chopper's R code (fig-4.variance.r) instead took the
         unweighted variance of the level means and divided by the sum over factors, not Var(Y)
@@ -356,13 +359,13 @@ def analyze(plan, result):
     # (runs - 1); a factor (or pair of factors) with many levels and few runs per level scores
     # about that much by chance.
     varied = [name for name in names if codes[name].max() > 0]
-    main = dict((name, {"factor": name, "s": share(codes[name]), "levels": int(codes[name].max()) + 1})
+    main: dict[str, dict[str, Any]] = dict((name, {"factor": name, "s": share(codes[name]), "levels": int(codes[name].max()) + 1})
                 for name in varied)
     for entry in main.values():
         entry["noise_floor"] = (entry["levels"] - 1) / (count - 1)
     out["prioritization"] = sorted(main.values(), key=lambda e: -e["s"])
 
-    pairs = []
+    pairs: list[dict[str, Any]] = []
     for a, b in itertools.combinations(varied, 2):
         cells = codes[a] * (codes[b].max() + 1) + codes[b]
         filled = len(np.unique(cells))
@@ -377,7 +380,7 @@ def analyze(plan, result):
 
     threshold = float(np.quantile(y, TAIL_QUANTILE))
     tail = y >= threshold
-    mapping = {"threshold": threshold, "tail_runs": int(tail.sum()), "factors": {}}
+    mapping: dict[str, Any] = {"threshold": threshold, "tail_runs": int(tail.sum()), "factors": {}}
     for name in names:
         by_level = mapping["factors"][name] = {}
         for value in plan["factors"][name]:
@@ -389,7 +392,7 @@ def analyze(plan, result):
 
 
 # ------------------------------------------------------------------ records and reports
-def check_plan(plan, where="plan"):
+def check_plan(plan: dict[str, Any], where: str = "plan") -> None:
     """Raise ContractError or ProbeError unless `plan` is a plan as make_plan() writes it (contract.ProbePlan, and
     a level of every factor in each treatment, ids unique)."""
     contract.check(plan, contract.ProbePlan, where)
@@ -401,7 +404,7 @@ def check_plan(plan, where="plan"):
         raise ProbeError("%s: treatment ids repeat" % where)
 
 
-def check_record(record, where="probe record"):
+def check_record(record: dict[str, Any], where: str = "probe record") -> None:
     """Raise ContractError or ProbeError unless `record` is what the playbook writes to probe/<host>.json:
     contract.ProbeRecord, with a result when the probe ran."""
     contract.check(record, contract.ProbeRecord, where)
@@ -415,7 +418,7 @@ def check_record(record, where="probe record"):
 
 
 
-def host_section(record, plan):
+def host_section(record: dict[str, Any], plan: dict[str, Any] | None) -> dict[str, Any]:
     """The host report's `probe` section from the host's record and the run's plan (plan None:
     the run folder has none, and the sweep is reported as not analysed).
 
@@ -424,7 +427,7 @@ def host_section(record, plan):
     itself: the static audit decides; the probe only confirms (and may escalate) its findings.
     """
     result = record.get("result") or {}
-    errors = []  # what went wrong beyond the status (a failed or refused probe says why in `reason`)
+    errors: list[str] = []  # what went wrong beyond the status (a failed or refused probe says why in `reason`)
     section = {"status": record["status"], "reason": record.get("reason") or result.get("reason"),
                "mountpoint": record.get("mountpoint"), "kernel": result.get("kernel"),
                "duration_s": result.get("duration_s"), "replica": result.get("replica"), "sweep": None,
@@ -446,7 +449,8 @@ def host_section(record, plan):
     return section
 
 
-def _measurement(section, probe_id, scope, mountpoint):
+def _measurement(section: dict[str, Any] | None, probe_id: str, scope: str,
+                 mountpoint: str | None) -> tuple[dict[str, Any] | None, str | None]:
     """(the probe's measured entry for a finding, None) or (None, why there is none)."""
     if section is None:
         return None, "no probe record for this host"
@@ -463,7 +467,7 @@ def _measurement(section, probe_id, scope, mountpoint):
     return entries[0], None
 
 
-def confirm(findings, section, rules):
+def confirm(findings: list[dict[str, Any]], section: dict[str, Any] | None, rules: dict[str, dict[str, Any]]) -> None:
     """Give each finding whose rule has a `confirmation` what the probe measured for it, and
     escalate confirmed ones as the rule says (like the catalog's `escalate`: the rule's level
     stays in base_severity, the reason is added to escalated_because).

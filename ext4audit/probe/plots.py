@@ -23,8 +23,15 @@ import io
 import math
 import re
 import textwrap
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ext4audit.probe import analysis as probe
+
+if TYPE_CHECKING:  # matplotlib is imported where a plot is drawn (it costs every other command time)
+    from matplotlib.axis import Axis
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import PercentFormatter
 
 STYLE = {
     "svg.fonttype": "none",      # text as <text> (smaller, selectable), not glyph paths
@@ -40,14 +47,14 @@ UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
 @contextlib.contextmanager
-def _style(key):
+def _style(key: str) -> Iterator[None]:
     import matplotlib
 
-    with matplotlib.rc_context(dict(STYLE, **{"svg.hashsalt": "ext4audit-" + key})):
+    with matplotlib.rc_context(dict(STYLE, **{"svg.hashsalt": "ext4audit-" + key})):  # type: ignore[arg-type]  # rc names as str
         yield
 
 
-def _svg(fig):
+def _svg(fig: "Figure") -> str:
     """The figure as an <svg> element (without the XML prolog and DOCTYPE, which only a file needs)."""
     buffer = io.StringIO()
     fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
@@ -55,7 +62,8 @@ def _svg(fig):
     return text[text.index("<svg"):]
 
 
-def _figure(width, height, left, bottom, top=0.1, right=0.15):
+def _figure(width: float, height: float, left: float, bottom: float, top: float = 0.1,
+            right: float = 0.15) -> "Figure":
     """A figure with fixed margins (inches): room for the tick labels and axis labels, worked out
     from their lengths by the caller. matplotlib's constrained layout would measure every text
     in extra draw passes: it took most of the time the plots took."""
@@ -66,13 +74,13 @@ def _figure(width, height, left, bottom, top=0.1, right=0.15):
     return fig
 
 
-def _text_width(text, size):
+def _text_width(text: str, size: float) -> float:
     """About how wide (inches) a line of text is at `size` points: DejaVu Sans averages about half
     an em a character (callers leave some room more: a browser without it draws another font)."""
     return 0.5 * size * len(text) / 72
 
 
-def _byte_ticks(axis, low, high):
+def _byte_ticks(axis: "Axis", low: float, high: float) -> None:
     """Ticks at powers of two (4 KiB, 64 KiB, 1 MiB ...) labelled in KiB/MiB/GiB: a log axis of
     byte counts reads better that way than in powers of ten."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
@@ -84,13 +92,14 @@ def _byte_ticks(axis, low, high):
     axis.set_major_formatter(FuncFormatter(lambda value, _: probe.human_bytes(value).replace(".0 ", " ")))
 
 
-def _percent_formatter():
+def _percent_formatter() -> "PercentFormatter":
     from matplotlib.ticker import PercentFormatter
 
     return PercentFormatter(1.0, decimals=0)
 
 
-def dspan_cdf(dspans, quantiles, key, own=None):
+def dspan_cdf(dspans: Iterable[float], quantiles: dict[str, Any], key: str,
+              own: Iterable[float] | None = None) -> str | None:
     """The CDF of a sweep's run d-spans (bytes, log x) with its p50/p90/p99 marked; p90 is the
     tail threshold of the factor mapping. own: the d-spans of the runs with the host's own
     factor levels, marked on the curve (none: the legend says so; None: no own level is known).
@@ -129,7 +138,7 @@ def dspan_cdf(dspans, quantiles, key, own=None):
         return _svg(fig)
 
 
-def prioritization(entries, key):
+def prioritization(entries: list[dict[str, Any]], key: str) -> str | None:
     """S_i = Var(E[Y|X_i]) / Var(Y) per factor, largest on top, with the value chance alone gives
     a factor with that many levels (a bar that does not clear its mark explains nothing)."""
     if not entries:
@@ -153,7 +162,7 @@ def prioritization(entries, key):
         return _svg(fig)
 
 
-def _level_order(label):
+def _level_order(label: str) -> tuple[int, float, str]:
     """Levels in their natural order (the host report's JSON sorts them as strings): numbers and
     byte sizes by value; chunk orders and bitmaps as strings (that is their plan order)."""
     found = re.fullmatch(r"(-?[0-9.]+(?:e[-+]?[0-9]+)?)(?: (B|KiB|MiB|GiB))?", label)
@@ -162,7 +171,9 @@ def _level_order(label):
     return (1, 0.0, label)
 
 
-def tail_share(mapping, ranked, runs, key, names=None, own=None, top=4):
+def tail_share(mapping: dict[str, Any] | None, ranked: list[dict[str, Any]], runs: int, key: str,
+               names: dict[str, dict[str, str]] | None = None, own: dict[str, str] | None = None,
+               top: int = 4) -> str | None:
     """For the `top` factors by S_i: the share of each level's runs that are in the tail (d-span
     at or above the p90), against the share over all runs (dashed line; about 10%). One axes,
     the factors side by side: a grid of small axes cost several times as much to draw.
@@ -172,7 +183,7 @@ def tail_share(mapping, ranked, runs, key, names=None, own=None, top=4):
 
     factors = [e["factor"] for e in ranked if len((mapping or {}).get("factors", {}).get(e["factor"]) or {}) > 1]
     factors = factors[:top]
-    if not factors or not runs:
+    if not factors or not runs or mapping is None:  # (no mapping: no factors either)
         return None
     names, own = names or {}, own or {}
     overall = mapping["tail_runs"] / runs
@@ -216,7 +227,7 @@ def tail_share(mapping, ranked, runs, key, names=None, own=None, top=4):
         return _svg(fig)
 
 
-def kernel_gate(gate, key):
+def kernel_gate(gate: dict[str, Any], key: str) -> str | None:
     """Baseline against candidate: d-span p50/p90/p99 (log y) and each confirmation's ratio with
     its spread (risky cost / safe cost; 1 means no difference)."""
     dspan = gate.get("dspan")
@@ -242,7 +253,8 @@ def kernel_gate(gate, key):
         left.grid(axis="x", visible=False)
         if not rows:
             right.set_visible(False)
-        labels, seen = [], {}
+        labels: list[str] = []
+        seen: dict[str, int] = {}
         for row in rows:
             seen[row["probe"]] = seen.get(row["probe"], 0) + 1
             labels.append(row["probe"] + (" #%d" % seen[row["probe"]] if seen[row["probe"]] > 1 else ""))

@@ -14,8 +14,16 @@ prose, "code" an identifier of ours (a rule id). Every writer escapes every part
 """
 
 import math
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ext4audit.probe import analysis as probe
+
+# A sentence is a list of parts (text, kind): kind "" is our wording, "host" a host's data (escaped
+# by the writer), "data" a value from the probe, "code" an identifier (see text()).
+Part = tuple[Any, str]
+Sentence = list[Part]
+Report = dict[str, Any]
 
 # The probe mounts every scratch filesystem with these (ext4_probe/job.py run_job: no background zeroing
 # of inode tables): they are not part of the configuration a confirmation compares.
@@ -32,39 +40,39 @@ TAIL_ALPHA = 0.05   # a level is in (or clear of) the tail region when chance ex
 ISSUE_VERDICTS = (("present", "Present"), ("inconclusive", "Inconclusive"), ("absent", "Absent"))
 
 
-def _number(value):
+def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _times(value):
+def _times(value: float) -> str:
     return "%.2gx" % value
 
 
-def percent(share):
+def percent(share: float) -> str:
     """A share (0..1) as a percentage: whole percents from 10%, one decimal below."""
     return "%.0f%%" % (100 * share) if share >= 0.1 or share == 0 else "%.1f%%" % (100 * share)
 
 
-def _filesystem(report, mountpoint):
+def _filesystem(report: Report, mountpoint: str | None) -> dict[str, Any] | None:
     for fs in report.get("filesystems") or []:
         if mountpoint is not None and fs.get("mountpoint") == mountpoint:
             return fs
     return None
 
 
-def not_in_effect(report, entry):
+def not_in_effect(report: Report, entry: dict[str, Any]) -> list[str] | None:
     """The mount options the confirmation's risky side used that the host's probed filesystem
     does not have in effect: [] when the measured configuration is the host's own, None when the
     host's options are not known. A network-mount entry has no options: it times the host's own
     mount (against a local ext4), so it is always the host's."""
-    risky = entry.get("risky") if isinstance(entry.get("risky"), dict) else {}
+    risky: Any = entry.get("risky") if isinstance(entry.get("risky"), dict) else {}
     fs = _filesystem(report, (report.get("probe") or {}).get("mountpoint"))
     if not isinstance(risky.get("options"), str) or fs is None or not isinstance(fs.get("options"), list):
         return None
     return [o for o in risky["options"].split(",") if o and o not in SCRATCH_ONLY_OPTIONS and o not in fs["options"]]
 
 
-def _effect(entry):
+def _effect(entry: dict[str, Any]) -> Sentence:
     """How the risky side compares with the safe side, in words (parts)."""
     ratio, risky, safe = entry["ratio"], entry["risky"]["label"], entry["safe"]["label"]
     if ratio >= SAME:
@@ -76,16 +84,17 @@ def _effect(entry):
     return [(head, ""), (risky, "host"), (" than with ", ""), (safe, "host")]
 
 
-def _measured(entry):
+def _measured(entry: dict[str, Any]) -> bool:
     return (entry.get("status") == "measured" and _number(entry.get("ratio")) and entry["ratio"] > 0
             and all(isinstance(entry.get(side), dict) and isinstance(entry[side].get("label"), str)
                     for side in ("risky", "safe")))
 
 
-def _findings_of(report, entry):
+def _findings_of(report: Report, entry: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The host's findings this entry measured (confirmed or not reproduced), and those of the
     same probe it could not measure (another filesystem, an error)."""
-    measured, other = [], []
+    measured: list[dict[str, Any]] = []
+    other: list[dict[str, Any]] = []
     for finding in report.get("findings") or []:
         conf = finding.get("confirmation")
         if not conf or conf.get("probe") != entry["id"]:
@@ -96,7 +105,7 @@ def _findings_of(report, entry):
     return measured, other
 
 
-def _verdict_parts(finding):
+def _verdict_parts(finding: dict[str, Any]) -> Sentence:
     conf = finding["confirmation"]
     where = [(" on ", ""), (finding["mountpoint"], "host")] if finding.get("mountpoint") else []
     if conf["status"] == "confirmed":
@@ -107,7 +116,7 @@ def _verdict_parts(finding):
         (": not reproduced on this kernel.", "")]
 
 
-def _confirmation(report, entry):
+def _confirmation(report: Report, entry: dict[str, Any]) -> tuple[Sentence, bool]:
     """(sentence, whether it is about the host's own configuration)."""
     section = report["probe"]
     name = MEASURED.get(entry["id"], entry["id"])
@@ -139,7 +148,7 @@ def _confirmation(report, entry):
     return parts, yours
 
 
-def confirmation_sentences(report):
+def confirmation_sentences(report: Report) -> list[Sentence]:
     """One sentence per measured confirmation, those about the host's own configuration first,
     then one per finding whose probe has no measurement at all: with the reason, and "did not"
     rather than "could not" when the probe skipped it (not the host's option set, no network
@@ -161,8 +170,8 @@ def confirmation_sentences(report):
     return out
 
 
-def _issue_effect(issue):
-    effect = issue.get("effect") if isinstance(issue.get("effect"), dict) else {}
+def _issue_effect(issue: dict[str, Any]) -> str:
+    effect: Any = issue.get("effect") if isinstance(issue.get("effect"), dict) else {}
     said = []
     if _number(effect.get("dspan_p90_ratio")):
         said.append("d-span p90 %s with the trigger than without" % _times(effect["dspan_p90_ratio"]))
@@ -174,14 +183,14 @@ def _issue_effect(issue):
     return "; ".join(said + ([", ".join(stats)] if stats else []))
 
 
-def allocator_sentences(section):
+def allocator_sentences(section: dict[str, Any]) -> list[Sentence]:
     """Chopper's four allocator issues on this kernel (probe.allocator), when the probe had them
     diagnosed; nothing when the section has no allocator key."""
-    alloc = section.get("allocator")
+    alloc: Any = section.get("allocator")  # JSON: checked below
     if not isinstance(alloc, dict):
         return []
     if alloc.get("status") != "ran":
-        how = {"skipped": "were skipped", "error": "failed"}.get(alloc.get("status"), "did not run")
+        how = {"skipped": "were skipped", "error": "failed"}.get(alloc.get("status"), "did not run")  # type: ignore[arg-type]  # JSON: any status
         return [[("Chopper's four allocator issues were not diagnosed on this kernel: the diagnostics %s: " % how, ""),
                  (str(alloc.get("reason") or "no reason given"), "data"), (".", "")]]
     issues = [i for i in alloc.get("issues") or [] if isinstance(i, dict)]
@@ -207,22 +216,24 @@ def allocator_sentences(section):
     return [parts]
 
 
-def _binomial_tail(k, n, p, upper):
+def _binomial_tail(k: int, n: int, p: float, upper: bool) -> float:
     """P(X >= k) (upper) or P(X <= k) for X ~ Binomial(n, p), 0 < p < 1, summed in logs."""
-    def term(i):
+    def term(i: int) -> float:
         return math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
                         + i * math.log(p) + (n - i) * math.log1p(-p))
     return min(1.0, sum(term(i) for i in (range(k, n + 1) if upper else range(0, k + 1))))
 
 
-def _own_levels(report, section, values):
+def _own_levels(report: Report, section: dict[str, Any],
+                values: dict[str, Sequence[Any]]) -> tuple[dict[str, tuple[Any, Sentence]], list[Sentence]]:
     """{factor: (level value, parts saying where it comes from)} for the factors the host's
     facts imply, and sentences for those it implies but the sweep did not cover."""
     fs = _filesystem(report, section.get("mountpoint")) or {}
     mountpoint = section.get("mountpoint")
-    own, outside = {}, []
+    own: dict[str, tuple[Any, Sentence]] = {}
+    outside: list[Sentence] = []
     sb = fs.get("superblock") or {}
-    size = (sb["block_count"] * sb["block_size"] if _number(sb.get("block_count")) and _number(sb.get("block_size"))
+    size: Any = (sb["block_count"] * sb["block_size"] if _number(sb.get("block_count")) and _number(sb.get("block_size"))
             else fs.get("device_bytes"))
     if _number(size) and size > 0 and "DiskSize" in values:
         sizes = list(values["DiskSize"])
@@ -244,21 +255,21 @@ def _own_levels(report, section, values):
     return own, outside
 
 
-def _level_values(sweep):
+def _level_values(sweep: dict[str, Any]) -> dict[str, Sequence[Any]]:
     try:
         return probe.levels(sweep.get("level_set") or "short")
     except probe.ProbeError:  # a level set this version does not know: nothing to place
         return {}
 
 
-def own_levels(report):
+def own_levels(report: Report) -> dict[str, str]:
     """{factor: level label} of the host's own configuration, where its facts imply one."""
     section = report.get("probe") or {}
     own, _ = _own_levels(report, section, _level_values(section.get("sweep") or {}))
     return dict((factor, probe.level_label(factor, value)) for factor, (value, _) in own.items())
 
 
-def tail_sentences(report, section):
+def tail_sentences(report: Report, section: dict[str, Any]) -> list[Sentence]:
     """Whether the host's own configuration is in the tail region of the sweep: for each factor
     whose level the host's facts imply, the share of that level's runs in the tail against the
     share of all runs, tested (exact binomial) against chance."""
@@ -296,7 +307,7 @@ def tail_sentences(report, section):
     return out
 
 
-def sentences(report):
+def sentences(report: Report) -> list[Sentence]:
     """The sentences that open a host's probe section (empty when the probe did not run: the
     section's status line says why)."""
     section = report.get("probe")
@@ -305,7 +316,8 @@ def sentences(report):
     return confirmation_sentences(report) + allocator_sentences(section) + tail_sentences(report, section)
 
 
-def text(sentence, escape=str, code=lambda value: value):
+def text(sentence: Sentence, escape: Callable[[Any], str] = str,
+         code: Callable[[Any], str] = lambda value: value) -> str:
     """A sentence as one string: host parts through `escape`, identifiers through `code`."""
     return "".join(code(value) if kind == "code" else value if kind == "" else escape(value)
                    for value, kind in sentence)

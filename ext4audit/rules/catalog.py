@@ -13,6 +13,8 @@ import glob
 import os
 import re
 import string
+from collections.abc import Iterable
+from typing import Any
 
 import msgspec
 
@@ -45,7 +47,9 @@ class CatalogError(ValueError):
 
 
 class Catalog:
-    def __init__(self, rules, kernel_issues, records=None, site_rules=(), removed_options=None):
+    def __init__(self, rules: list[dict[str, Any]], kernel_issues: dict[str, dict[str, Any]],
+                 records: dict[str, Any] | None = None, site_rules: Iterable[str] = (),
+                 removed_options: dict[str, Any] | None = None) -> None:
         self.rules = rules
         self.site_rules = frozenset(site_rules)  # ids of the rules that come from site rule files
         self.kernel_issues = kernel_issues
@@ -55,11 +59,11 @@ class Catalog:
         self.by_id = dict((rule["id"], rule) for rule in rules)
 
 
-def load(rules_dir=RULES_DIR, site_dirs=()):
+def load(rules_dir: str = RULES_DIR, site_dirs: Iterable[str] = ()) -> Catalog:
     """The shipped catalog in rules_dir, with the rules of every *.yml file in each of site_dirs."""
     issues_path = os.path.join(rules_dir, "kernel_issues.yml")
     issues_doc = _read(issues_path)
-    issues = {}
+    issues: dict[str, dict[str, Any]] = {}
     for index, issue in enumerate(_list(issues_doc, "issues", issues_path), 1):
         _check_issue(issue, index, issues_path)
         issues[issue["id"]] = issue
@@ -78,7 +82,7 @@ def load(rules_dir=RULES_DIR, site_dirs=()):
         raise CatalogError("%s: rule %s: overrides is for site rule files only"
                            % (rules_path, next(r["id"] for r in rules if "overrides" in r)))
     position = dict((rule["id"], index) for index, rule in enumerate(rules))
-    site_defined = {}  # id -> the site file that defines it
+    site_defined: dict[str, str] = {}  # id -> the site file that defines it
     for path in _site_files(site_dirs):
         for rule in _rules_of(path, issues, records["classes"]):
             rid = rule["id"]
@@ -97,7 +101,7 @@ def load(rules_dir=RULES_DIR, site_dirs=()):
     return Catalog(rules, issues, records, site_defined, removed_options)
 
 
-def _site_files(site_dirs):
+def _site_files(site_dirs: Iterable[str]) -> list[str]:
     """The site rule files: every *.yml and *.yaml in each folder, in name order."""
     paths = []
     for folder in site_dirs:
@@ -108,7 +112,7 @@ def _site_files(site_dirs):
     return paths
 
 
-def _rules_of(path, issues, record_classes):
+def _rules_of(path: str, issues: dict[str, dict[str, Any]], record_classes: Any) -> list[dict[str, Any]]:
     """A catalog file's rules, each checked; an error names the file, the rule and the field."""
     doc = _read(path)
     try:
@@ -127,7 +131,7 @@ def _rules_of(path, issues, record_classes):
     return rules
 
 
-def _refused(exc, doc):
+def _refused(exc: msgspec.ValidationError, doc: dict[str, Any]) -> str:
     """The model's refusal as "rule ID: field ..." (the rule, the field and what it holds)."""
     failed = contract.failure(exc, contract.RuleFile)
     if len(failed.steps) < 2:
@@ -154,7 +158,7 @@ def _refused(exc, doc):
     return "rule %s: %s must be %s%s, got %r" % (name, field, NEEDS.get(inside[-1], "text"), failed.hint, value)
 
 
-def _read(path):
+def _read(path: str) -> dict[str, Any]:
     try:
         doc = safe_yaml.load(path)
     except (OSError, safe_yaml.Error, ValueError, RecursionError) as exc:
@@ -164,7 +168,7 @@ def _read(path):
     return doc
 
 
-def _list(doc, key, path):
+def _list(doc: dict[str, Any], key: str, path: str) -> list[dict[str, Any]]:
     """The kernel issues (not a contract model: the catalog's own table)."""
     items = doc.get(key) or []
     if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
@@ -172,7 +176,7 @@ def _list(doc, key, path):
     return items
 
 
-def _check_issue(issue, index, path):
+def _check_issue(issue: dict[str, Any], index: int, path: str) -> None:
     iid = issue.get("id")
     if not isinstance(iid, str) or not iid or not isinstance(issue.get("affected"), list) or not issue["affected"]:
         raise CatalogError("%s: kernel issue #%d (%s) needs an id and affected ranges" % (path, index, iid))
@@ -191,7 +195,7 @@ def _check_issue(issue, index, path):
                                    % (path, iid, bound, rng[bound], vendor, exc))
 
 
-def _check_rule(rule, issues, record_classes):
+def _check_rule(rule: dict[str, Any], issues: dict[str, dict[str, Any]], record_classes: Any) -> None:
     """What the model (contract.Rule) cannot say: a performance rule's severity ceiling, the
     predicates and the message templates."""
     rid = rule["id"]
@@ -206,7 +210,7 @@ def _check_rule(rule, issues, record_classes):
         _check_text(rid, "because", entry["because"])
 
 
-def _check_text(rid, field, text):
+def _check_text(rid: str, field: str, text: str) -> None:
     """A message (or escalate because) names only the fields the engine fills in, by plain name:
     str.format would otherwise look up attributes and items ({mountpoint.__class__}) or fail
     with a KeyError on the one host where the rule fires."""
@@ -223,7 +227,7 @@ def _check_text(rid, field, text):
                                % (rid, field, shown, "}, {".join(sorted(engine.MESSAGE_FIELDS))))
 
 
-def _check_predicate(rid, scope, pred, issues, record_classes):
+def _check_predicate(rid: str, scope: str, pred: Any, issues: dict[str, dict[str, Any]], record_classes: Any) -> None:
     if not isinstance(pred, dict) or len(pred) == 0:
         raise CatalogError("rule %s: predicate %r is not a mapping" % (rid, pred))
     if "fact" not in pred:
@@ -260,7 +264,7 @@ def _check_predicate(rid, scope, pred, issues, record_classes):
         _check_fact(rid, scope, value["fact"])
 
 
-def _check_fact(rid, scope, path):
+def _check_fact(rid: str, scope: str, path: Any) -> None:
     if not isinstance(path, str) or not fact_paths.known(scope, path):
         raise CatalogError("rule %s: fact %r is not a fact a %s rule can read (roots: %s; see ext4audit/model/fact_paths.py)"
                            % (rid, path, scope, ", ".join(fact_paths.roots(scope))))

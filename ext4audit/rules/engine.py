@@ -10,7 +10,7 @@ import functools
 import json
 import operator
 import re
-from typing import Any, Container, Dict, Optional, Tuple
+from typing import Any, Callable, Container, Dict, Optional, Tuple
 
 from ext4audit import severity_rank
 from ext4audit.rules import boot_tools, kernel_records, mount_options, policy
@@ -18,6 +18,11 @@ from ext4audit.parsers import kernel_version
 from ext4audit.parsers.ext4_parsers.kernel_defaults import default_mb_optimize_scan
 from ext4audit.parsers.ext4_parsers.mounts import option_map
 from ext4audit.parsers.ext4_parsers.superblock import e2fsprogs_default_journal_blocks, superblock_option_map
+
+# A target's facts by root (fact_paths.BY_SCOPE: fs, sb, opt, kernel, derived, host...).
+Context = Dict[str, Any]
+# A compiled predicate: test(context, evidence, missing, issues) -> True/False/None (see _compile).
+Test = Callable[[Context, Dict[str, Any], list, Dict[Any, Any]], Optional[bool]]
 
 _VERSION = re.compile(r"^\d+\.\d+")
 _DEFAULT_ON = {"user_xattr", "acl", "block_validity"}  # baked-in defaults not worth mentioning
@@ -83,7 +88,7 @@ def filesystem_context(fs: dict, facts: dict, option_maps: Optional[dict] = None
             opt = option_maps[key] = option_map(options)
     sb = fs.get("superblock")
     kernel = facts.get("kernel") or {}
-    derived = {
+    derived: dict[str, Any] = {
         "journal_present": None, "journal_ratio": None, "journal_default_bytes": None,
         "mb_optimize_scan": None, "stripe": None, "block_smaller_than_page": None,
         "fstab_drift_count": len(fs.get("fstab_drift") or []),
@@ -137,7 +142,7 @@ def filesystem_context(fs: dict, facts: dict, option_maps: Optional[dict] = None
             "options_complete": options_complete(fs)}
 
 
-def options_complete(fs):
+def options_complete(fs: dict[str, Any]) -> bool:
     """Does the option list name every option in effect, so that an unlisted one is off? The kernel's
     does; an inferred one too once the superblock was read (it then sets every option a rule reads,
     and a missing data= means no journal, as in the kernel's: test_inference_differential.py)."""
@@ -145,14 +150,14 @@ def options_complete(fs):
                                                   and bool(fs.get("superblock")))
 
 
-def _under_any(path, directories):
+def _under_any(path: str | None, directories: tuple[str, ...]) -> bool | None:
     """Is path one of directories or below one? None when the path is unknown."""
     if not path:
         return None
     return any(path == d or path.startswith(d + "/") for d in directories)
 
 
-def host_context(facts):
+def host_context(facts: dict[str, Any]) -> Context:
     image = facts.get("image")  # a disk image's record (ext4_image_facts): unknowns are None there
     unresolved = (image or {}).get("fstab_unresolved")
     unread = (image or {}).get("unread")
@@ -171,21 +176,21 @@ class _Plan:
     each kernel seen so far (and its open kernel CNA records), as they depend only on the kernel
     facts and the catalog."""
 
-    def __init__(self, catalog):
+    def __init__(self, catalog: Any) -> None:
         self.source = catalog.rules
         self.rules = [(rule, _compile(rule["when"], catalog),
                        [(step, _compile(step["when"], catalog)) for step in rule.get("escalate") or []])
                       for rule in catalog.rules]
-        self.issues_by_kernel = {}
+        self.issues_by_kernel: dict[str, dict[Any, Any]] = {}
 
     @classmethod
-    def of(cls, catalog):
+    def of(cls, catalog: Any) -> "_Plan":
         plan = getattr(catalog, "_evaluation_plan", None)
         if plan is None or plan.source is not catalog.rules:
             plan = catalog._evaluation_plan = cls(catalog)
         return plan
 
-    def issues_of(self, kernel):
+    def issues_of(self, kernel: dict[str, Any]) -> dict[Any, Any]:
         """The kernel-issue results (issue id -> True/False/None) shared by hosts whose kernel
         facts are the same."""
         try:
@@ -195,7 +200,7 @@ class _Plan:
         return self.issues_by_kernel.setdefault(key, {})
 
 
-def _compile(pred, catalog):
+def _compile(pred: dict[str, Any], catalog: Any) -> Test:
     """A predicate -> test(context, evidence, missing, issues) -> True/False/None.
 
     test records each fact it reads in evidence (path -> value, in reading order) and each fact
@@ -206,8 +211,8 @@ def _compile(pred, catalog):
         decisive = "any" in pred
         subs = [_compile(sub, catalog) for sub in pred["any" if decisive else "all"]]
 
-        def test_combined(context, evidence, missing, issues):
-            result = not decisive
+        def test_combined(context: Context, evidence: dict[str, Any], missing: list, issues: dict[Any, Any]) -> bool | None:
+            result: bool | None = not decisive
             for sub in subs:  # no short cut: the evidence names every fact
                 value = sub(context, evidence, missing, issues)
                 if value is decisive:
@@ -219,7 +224,7 @@ def _compile(pred, catalog):
     if "not" in pred:
         inner = _compile(pred["not"], catalog)
 
-        def test_not(context, evidence, missing, issues):
+        def test_not(context: Context, evidence: dict[str, Any], missing: list, issues: dict[Any, Any]) -> bool | None:
             result = inner(context, evidence, missing, issues)
             return None if result is None else not result
         return test_not
@@ -232,10 +237,10 @@ def _compile(pred, catalog):
     return _compile_fact(pred)
 
 
-def _compile_kernel_issue(issue_id, kernel_issues):
+def _compile_kernel_issue(issue_id: str, kernel_issues: dict[str, Any]) -> Test:
     key = "kernel_issue." + issue_id
 
-    def test_issue(context, evidence, missing, issues):
+    def test_issue(context: Context, evidence: dict[str, Any], missing: list, issues: dict[Any, Any]) -> bool | None:
         if issue_id not in issues:
             issues[issue_id] = kernel_version.in_range(context.get("kernel") or {}, kernel_issues[issue_id]["affected"])
         result = issues[issue_id]
@@ -246,13 +251,13 @@ def _compile_kernel_issue(issue_id, kernel_issues):
     return test_issue
 
 
-def _compile_kernel_records(action, records):
+def _compile_kernel_records(action: str, records: Any) -> Test:
     """{kernel_records: ACTION} (host scope): the host's kernel lacks fixes that ACTION
     (kernel_records.ACTIONS) closes and that matter on its ext4 filesystems. Evidence:
     kernel_records (the exact records, which the message sums up and a waiver may name),
     kernel_action (the action and the kernel, for the message), kernel_records_set_aside (not
     relevant, and why). A kernel that cannot be judged at all makes the result None."""
-    def test_records(context, evidence, missing, issues):
+    def test_records(context: Context, evidence: dict[str, Any], missing: list, issues: dict[Any, Any]) -> bool | None:
         kernel = context.get("kernel") or {}
         if "kernel_records" not in issues:
             issues["kernel_records"] = kernel_records.open_records(records, kernel)
@@ -281,7 +286,8 @@ _RECORD_FIELDS = ("id", "title", "class", "fixed_in", "fixed_mainline", "link")
 _KERNEL_FIELDS = ("release", "upstream", "vendor", "backports", "notes")  # what kernel_records.action_text reads
 
 
-def _judge_records(items, action, kernel, filesystems, in_use):
+def _judge_records(items: list[dict[str, Any]], action: str, kernel: dict[str, Any], filesystems: list[Any],
+                   in_use: Any) -> tuple[bool, dict[str, Any]]:
     """(result, evidence) of a {kernel_records: ACTION} predicate (see _compile_kernel_records)."""
     found, aside = [], []
     for item in items:
@@ -294,20 +300,20 @@ def _judge_records(items, action, kernel, filesystems, in_use):
             found.append(item)
     # an advisory record's reason ("judged as 5.14.0") would mislead for a kernel far ahead of its base
     fields = _RECORD_FIELDS if action != "advisory" else ("id", "title", "class", "fixed_mainline", "link")
-    evidence = {"kernel_records": [dict((k, item[k]) for k in fields) for item in found],
+    evidence: dict[str, Any] = {"kernel_records": [dict((k, item[k]) for k in fields) for item in found],
                 "kernel_action": {"action": action, "kernel": dict((k, kernel.get(k)) for k in _KERNEL_FIELDS)}}
     if aside:
         evidence["kernel_records_set_aside"] = aside
     return bool(found), evidence
 
 
-def _compile_fstab_options_refused(removed_options):
+def _compile_fstab_options_refused(removed_options: Any) -> Test:
     """{fstab_options_refused: true} (filesystem rules): the filesystem's fstab entry names an option
     that the kernel refuses (rules/removed_mount_options.yml), so its next mount fails. Evidence:
     fstab_options_refused (each option, the release that removed it and the commit) and
     fstab_options_unknown (options a backporting vendor's kernel may refuse: with none refused,
     the result is None and the reason is in missing). No fstab entry: False."""
-    def test_refused(context, evidence, missing, issues):
+    def test_refused(context: Context, evidence: dict[str, Any], missing: list, issues: dict[Any, Any]) -> bool | None:
         fstab = (context.get("fs") or {}).get("fstab") or {}
         refused, unknown = mount_options.refused(fstab.get("options"), context.get("kernel"), removed_options)
         evidence["fstab_options_refused"] = refused
@@ -320,7 +326,7 @@ def _compile_fstab_options_refused(removed_options):
     return test_refused
 
 
-def _compile_fact(pred):
+def _compile_fact(pred: dict[str, Any]) -> Test:
     """{fact: a.b, <op>: expected}. A fact that cannot be read is None: missing, and the
     predicate is None too, except for present, which is about exactly that."""
     path = pred["fact"]
@@ -330,7 +336,7 @@ def _compile_fact(pred):
         return _compile_fact_against(path, read, op, expected["fact"])
 
     if op == "present":
-        def test_present(context, evidence, missing, issues):
+        def test_present(context: Context, evidence: dict[str, Any], missing: list, issues: dict[Any, Any]) -> bool | None:
             node = evidence[path] = read(context)
             if path in missing:  # read and missing elsewhere in this predicate: present settles it
                 missing[:] = [m for m in missing if m != path]
@@ -338,7 +344,7 @@ def _compile_fact(pred):
         return test_present
     compare = _comparison(op, expected)
 
-    def test_fact(context, evidence, missing, issues):
+    def test_fact(context: Context, evidence: dict[str, Any], missing: list, issues: dict[Any, Any]) -> bool | None:
         node = evidence[path] = read(context)
         if node is None:
             missing.append(path)
@@ -347,19 +353,19 @@ def _compile_fact(pred):
     return test_fact
 
 
-def _reader(path):
+def _reader(path: str) -> Callable[[Context], Any]:
     """read(context) -> the fact at path, or None."""
     first, *rest = path.split(".")
     unlisted_is_off = path.startswith("opt.")  # see options_complete in filesystem_context
     if len(rest) == 1 and not unlisted_is_off:  # most facts (sb.x, derived.x, ...): read without the loop
         second = rest[0]
 
-        def read(context):
+        def read(context: Context) -> Any:
             node = context.get(first)  # a context is always a dict
             return node.get(second) if isinstance(node, dict) else None
         return read
 
-    def read_path(context):
+    def read_path(context: Context) -> Any:
         node = context.get(first)
         for part in rest:
             node = node.get(part) if isinstance(node, dict) else None
@@ -369,12 +375,12 @@ def _reader(path):
     return read_path
 
 
-def _compile_fact_against(path, read, op, other):
+def _compile_fact_against(path: str, read: Callable[[Context], Any], op: str, other: str) -> Test:
     """{fact: A, OP: {fact: B}}: A compared with B, both read per target (B: a limit, which each
     host's policy may set); both go into the evidence."""
     read_other = _reader(other)
 
-    def test_against(context, evidence, missing, issues):
+    def test_against(context: Context, evidence: dict[str, Any], missing: list, issues: dict[Any, Any]) -> bool | None:
         node = evidence[path] = read(context)
         limit = evidence[other] = read_other(context)
         missing.extend(p for p, value in ((path, node), (other, limit)) if value is None)
@@ -384,14 +390,14 @@ def _compile_fact_against(path, read, op, other):
     return test_against
 
 
-def _number(value):
+def _number(value: Any) -> int | float | None:
     try:
         return float(value) if "." in str(value) else int(value)
     except (TypeError, ValueError):
         return None
 
 
-def _comparison(op, expected):
+def _comparison(op: str, expected: Any) -> Callable[[Any], bool]:
     """compare(actual) for one operator; the expected side's version and number forms are
     worked out here, once. Kernel versions compare as versions, numbers (or numeric strings) as
     numbers, anything else as it is; booleans never as numbers."""
@@ -405,7 +411,7 @@ def _comparison(op, expected):
     if expected_number is None and not expected_is_version:  # (a word: every branch below compares as is)
         return lambda actual: function(actual, expected)
 
-    def compare(actual):
+    def compare(actual: Any) -> bool:
         if expected_is_version and isinstance(actual, str) and _VERSION.match(actual):
             return function(kernel_version.compare_upstream(actual, expected), 0)
         if isinstance(actual, bool) or (expected_number is None and isinstance(actual, str)):
@@ -426,7 +432,7 @@ class _Fields(dict):
     the first time a message names it: most messages name only the mountpoint, and the
     baked-in options cost more than all the rest. Anything unknown prints as '?'."""
 
-    def __init__(self, fs, facts, context):
+    def __init__(self, fs: dict[str, Any] | None, facts: dict[str, Any], context: Context) -> None:
         dict.__init__(self)
         self.fs = fs or {}
         self.sb = self.fs.get("superblock") or {}
@@ -438,15 +444,15 @@ class _Fields(dict):
         self.facts = facts
 
     @property
-    def counts(self):
+    def counts(self) -> dict[str, Any]:
         return use_counts(self.fs, self.facts)[0] or {}
 
-    def gib(self, blocks):
+    def gib(self, blocks: str) -> str | None:
         """A block count of counts, in GiB."""
         value, size = self.counts.get(blocks), self.counts.get("block_size")
         return None if value is None or not size else "%.1f" % (value * size / 2.0 ** 30)
 
-    def __missing__(self, name):
+    def __missing__(self, name: str) -> Any:
         value = _FIELDS[name](self)  # the catalog loader admits only MESSAGE_FIELDS
         if value is None:
             value = "?"
@@ -454,23 +460,23 @@ class _Fields(dict):
         return value
 
 
-def _mib(value):
+def _mib(value: float | None) -> str:
     return "%g" % (value / 1048576.0) if value else "?"
 
 
-def _percent(ratio):
+def _percent(ratio: float | None) -> str | None:
     return None if ratio is None else "%.1f" % (ratio * 100)
 
 
-def _gib(value):
+def _gib(value: float | None) -> str | None:
     return "%.1f" % (value / 2.0 ** 30) if value else None
 
 
-def _tib(value):
+def _tib(value: float | None) -> str | None:
     return "%.2f" % (value / 2.0 ** 40) if value else None
 
 
-def _baked(fields):
+def _baked(fields: "_Fields") -> str:
     baked = sorted(name if value is True else ("no" + name if value is False else "%s=%s" % (name, value))
                    for name, value in superblock_option_map(fields.sb).items() if name not in _DEFAULT_ON)
     return (", set in the superblock: " + " ".join(baked)) if baked else ""
@@ -520,7 +526,7 @@ _FIELDS = {
     "disk_kind": lambda f: (f.fs.get("queue") or {}).get("kind"),
     "disk": lambda f: (f.fs.get("queue") or {}).get("device"),
 }
-_USE_SOURCE_TEXT = {"statvfs": "live counts, statvfs", "superblock": "the image's superblock"}
+_USE_SOURCE_TEXT: dict[str, str] = {"statvfs": "live counts, statvfs", "superblock": "the image's superblock"}
 # Fields that depend on the rule, from its evidence: {kernel_action} says what closes the open
 # records, {fstab_options_refused} the fstab options the kernel refuses.
 _EVIDENCE_FIELDS = {"kernel_action": kernel_records.describe,
@@ -529,7 +535,7 @@ _EVIDENCE_FIELDS = {"kernel_action": kernel_records.describe,
 MESSAGE_FIELDS = frozenset(_FIELDS) | frozenset(_EVIDENCE_FIELDS)  # the placeholders a message may name (checked at catalog load)
 
 
-def message(template, fields, evidence):
+def message(template: str, fields: dict[str, Any], evidence: dict[str, Any]) -> str:
     """A rule's message for one target: the target's fields and the rule's evidence fields."""
     names = _evidence_fields_of(template)
     if not names:
@@ -539,7 +545,7 @@ def message(template, fields, evidence):
 
 
 @functools.lru_cache(maxsize=None)  # a catalog has a few dozen templates; each is looked at once
-def _evidence_fields_of(template):
+def _evidence_fields_of(template: str) -> tuple[str, ...]:
     """The _EVIDENCE_FIELDS a message template names."""
     return tuple(name for name in _EVIDENCE_FIELDS if name in template)
 
@@ -550,8 +556,8 @@ def evaluate_host(facts: dict, catalog: Any, skip: Container[str] = (),
     evaluate (the host's policy lists them as skipped); limits: its capacity limits
     (policy.capacity_limits; None: the defaults)."""
     findings, undetermined, passed = [], [], []
-    option_maps = {}
-    targets = {
+    option_maps: dict[int, Any] = {}
+    targets: dict[str, list[Any]] = {
         "host": [(None, host_context(facts))],
         "filesystem": [(fs, filesystem_context(fs, facts, option_maps, limits)) for fs in facts.get("filesystems") or []],
         "netfs": [(fs, {"fs": fs, "kernel": facts.get("kernel") or {}}) for fs in facts.get("netfs") or []],
@@ -569,7 +575,8 @@ def evaluate_host(facts: dict, catalog: Any, skip: Container[str] = (),
         if rule_id in skip:
             continue
         for fs, context, where in targets[rule["scope"]]:
-            evidence, missing = {}, []
+            evidence: dict[str, Any] = {}
+            missing: list[str] = []
             result = test(context, evidence, missing, issues)
             if result is None:
                 undetermined.append(dict(where, rule=rule_id, missing=sorted(set(missing))))

@@ -20,7 +20,7 @@ import functools
 import json
 import os
 import re
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ext4audit import severity_rank
 from ext4audit.model import contract, safe_yaml
@@ -78,7 +78,7 @@ def load(path: str = DATA_FILE, branches_path: str = BRANCHES_FILE) -> dict:
 
 def _last_seen(records: List[dict]) -> Dict[str, str]:
     """{branch: the newest release any record names in it}: how far the data follows each branch."""
-    newest = {}
+    newest: Dict[str, str] = {}
     for record in records:
         for branch, release in list(record["fixed"].items()) + list(record["backported_into"].items()):
             if branch not in newest or _before(newest[branch], release):
@@ -86,7 +86,7 @@ def _last_seen(records: List[dict]) -> Dict[str, str]:
     return newest
 
 
-def _check(record, where, classes):
+def _check(record: dict, where: str, classes: List[str]) -> None:
     if record["class"] not in classes:
         raise RecordsError("%s.class %r is not one of %s" % (where, record["class"], classes))
     if record["needs"] is not None and record["needs"] not in RELEVANCE:
@@ -143,17 +143,17 @@ def _branch_key(branch: str) -> Tuple[int, int]:
     return int(major), int(minor)
 
 
-def _series(version):
+def _series(version: Any) -> Optional[str]:
     """"6.1" of "6.1.75", "6.1", "6.1.0-rc3"; None for anything else."""
     match = _LEAD.match(version) if isinstance(version, str) else None
     return "%s.%s" % match.groups() if match else None
 
 
-def _before(a, b):
+def _before(a: str, b: str) -> bool:
     return kernel_version.compare_upstream(a, b) < 0
 
 
-def judge(record, version):
+def judge(record: dict, version: str) -> Optional[Tuple[Optional[str], str, Optional[str]]]:
     """Does a kernel of this upstream version lack the record's fix?
 
     Returns None (not affected) or (fixed_in, reason, rc_note): the first fixed release of the
@@ -185,7 +185,7 @@ def judge(record, version):
     return None, "no fix in this branch (%s)%s; host runs %s" % (branch, mainline_text, version), rc_note
 
 
-def _judged_version(kernel):
+def _judged_version(kernel: dict) -> Optional[Tuple[str, Optional[str]]]:
     """(upstream version to judge, advisory reason or None), or None when nothing can be said."""
     upstream = kernel.get("upstream")
     vendor = kernel.get("vendor") or "unknown"
@@ -214,7 +214,7 @@ def ended_branch(doc: dict, kernel: dict) -> Optional[str]:
     return "upstream %s.y ended at %s; %s backports fixes to its %s kernels" % (branch, last, vendor["name"], branch)
 
 
-def open_records(doc, kernel):
+def open_records(doc: dict, kernel: Optional[dict]) -> Optional[List[dict]]:
     """The records whose fix has not reached this kernel, in the data file's order.
 
     doc: load()'s result; kernel: identify()'s result. Each item: id, title, class, fixed_in
@@ -278,7 +278,7 @@ def _count(items: List[dict], what: str = "records") -> str:
     return "%d %s (%s %s)" % (len(items), what, "all" if of_worst == len(items) else "%d of them" % of_worst, worst)
 
 
-def _release_key(release: str):
+def _release_key(release: str) -> tuple:
     return kernel_version._upstream_key(release)
 
 
@@ -390,12 +390,12 @@ class FeaturesInUse(dict):
     """{feature: whether an ext4 filesystem of the host uses it} for RELEVANCE's features, each
     looked at when first asked. A filesystem whose superblock was not read might use any."""
 
-    def __init__(self, filesystems):
+    def __init__(self, filesystems: List[dict]) -> None:
         dict.__init__(self)
         self.filesystems = filesystems
-        self.options = None  # each filesystem's option_map, made when a feature is first asked
+        self.options: Optional[List[dict]] = None  # each filesystem's option_map, made when a feature is first asked
 
-    def __missing__(self, feature):
+    def __missing__(self, feature: str) -> bool:
         in_use = RELEVANCE[feature]
         if self.options is None:
             self.options = [option_map(fs.get("options") or ()) for fs in self.filesystems]
@@ -404,7 +404,7 @@ class FeaturesInUse(dict):
         return used
 
 
-def set_aside(item, in_use):
+def set_aside(item: dict, in_use: FeaturesInUse) -> Optional[str]:
     """Why a record (an open_records item) does not matter on a host (in_use: its FeaturesInUse),
     or None when it does."""
     feature = item["needs"]
@@ -425,7 +425,7 @@ def describe(evidence: dict) -> str:
 
 
 @functools.lru_cache(maxsize=4096)  # the hosts of a fleet share a few kernels: one sentence each
-def _described(action, kernel, items):
+def _described(action: str, kernel: Any, items: tuple) -> str:
     kernel = dict((k, list(v) if isinstance(v, tuple) else v) for k, v in kernel)
     return action_text(shipped(), kernel, action, [dict(zip(("id", "class", "fixed_in", "fixed_mainline"), item))
                                                    for item in items])

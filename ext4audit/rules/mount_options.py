@@ -10,6 +10,8 @@ engine.py) and by the kernel gate (the candidate's kernel, kernel_gate.py).
 
 import functools
 import os
+from collections.abc import Iterable
+from typing import Any
 
 from ext4audit.model import contract
 from ext4audit.rules import RULES_DIR
@@ -45,7 +47,7 @@ def _name(token: str) -> str:
     return token.partition("=")[0]
 
 
-def refused(tokens, kernel: dict, doc: dict = None) -> tuple:
+def refused(tokens: Iterable[str] | None, kernel: dict | None, doc: dict | None = None) -> tuple:
     """(refused, unknown) for the option tokens of an fstab entry on this kernel: refused lists
     {option, removed_in, commit, refused_as} for each token the kernel refuses; unknown lists the
     same for tokens it may refuse (a backporting vendor's kernel before removed_in, or a kernel
@@ -84,7 +86,7 @@ def _judge(kernel: dict, removed_in: str) -> tuple:
     return False, None
 
 
-def describe(items) -> str:
+def describe(items: Iterable[dict[str, Any]]) -> str:
     """'noacl (removed in 6.1.0-rc1, 2d544ec923db), ...' for messages."""
     return ", ".join("%s (removed in %s, %s)" % (item["option"], item["removed_in"], item["commit"])
                      for item in items)

@@ -37,7 +37,7 @@ class PolicyError(ValueError):
     """A host's policy is not valid; the message names the host and the variable."""
 
 
-def names_of(rule):
+def names_of(rule: dict[str, Any]) -> set[str]:
     """What ext4_audit_rules_select and ext4_audit_rules_skip may call a rule by."""
     return {rule["id"], rule["kind"]} | set(rule["tags"])
 
@@ -111,7 +111,7 @@ def capacity_limits(value: Any, where: str) -> Dict[str, float]:
     return limits
 
 
-def _names_by_rule(catalog):
+def _names_by_rule(catalog: Any) -> dict[str, set[str]]:
     """{rule id: names_of(rule)} of the catalog, made once and kept on it (make runs for every host
     of a run; a loaded catalog is not changed afterwards)."""
     cached = getattr(catalog, "_policy_names", None)
@@ -120,7 +120,7 @@ def _names_by_rule(catalog):
     return cached[1]
 
 
-def _names(doc, field, where, known):
+def _names(doc: dict[str, Any], field: str, where: str, known: Any) -> list[str]:
     value = doc.get(field) or []
     if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
         raise PolicyError("%s: ext4_audit_%s must be a list of rule ids, kinds or tags, got %r" % (where, field, value))
@@ -150,7 +150,7 @@ def override(findings: list, overrides: dict, kernel_no_fix_counts: bool = False
             finding["severity"] = entry["severity"]
 
 
-def describe(report):
+def describe(report: dict[str, Any]) -> list[str]:
     """The host's policy in short lines of text (summary.md and report.html show them)."""
     policy = report.get("policy")
     if not policy:
@@ -158,7 +158,7 @@ def describe(report):
     lines = ["fails at %s or above (ext4_audit_fail_on)" % policy["fail_on"]]
     if policy.get("kernel_no_fix_counts"):
         lines.append("kernel records with no fix in the branch count at their class (ext4_audit_kernel_no_fix_counts)")
-    by_reason = {}
+    by_reason: dict[str, list[str]] = {}
     for item in report.get("skipped") or []:
         by_reason.setdefault(item["reason"], []).append(item["rule"])
     lines += ["skipped (%s): %s" % (reason, ", ".join(rules)) for reason, rules in by_reason.items()]

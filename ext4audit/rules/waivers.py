@@ -27,6 +27,8 @@ runs from 2000 to 2100 (0999 or 20277 is a typo), and expiries compare as moment
 
 import datetime
 import fnmatch
+from collections.abc import Container, Iterable
+from typing import Any
 
 import msgspec
 import yaml
@@ -49,7 +51,7 @@ class WaiverError(ValueError):
     """The waiver file is invalid; the message names the entry and the field."""
 
 
-def _expiry(value, where):
+def _expiry(value: Any, where: str) -> datetime.datetime:
     """A date, or a date and time (docs/waivers-and-tailoring.md), as a moment in UTC: more than
     the model's date can say, so expires is read here and the model checks the date of it."""
     if isinstance(value, datetime.datetime):
@@ -75,7 +77,7 @@ def _expiry(value, where):
     return moment.astimezone(datetime.timezone.utc)
 
 
-def load(path, known_rules=None):
+def load(path: str, known_rules: Container[str] | None = None) -> list[dict[str, Any]]:
     """Read and validate a waiver file. A missing file means no waivers."""
     try:
         doc = safe_yaml.load(path)
@@ -110,16 +112,16 @@ def _bad_timestamp(path: str, exc: ValueError) -> str:
     return "cannot read waiver file %s: a date that is no date (%s)" % (path, exc)
 
 
-def _where(source, index, entry):
+def _where(source: str, index: int, entry: Any) -> str:
     rule = entry.get("rule") if isinstance(entry, dict) else None
     return "%s: waiver #%d (%s)" % (source, index, rule if isinstance(rule, str) else "no rule")
 
 
-def _unset(value):
+def _unset(value: Any) -> bool:
     return value is None or value == ""
 
 
-def _refused(exc, doc, source):
+def _refused(exc: msgspec.ValidationError, doc: dict[str, Any], source: str) -> str:
     """The model's refusal as a message naming the file, the waiver (#n and its rule) and the field."""
     failed = contract.failure(exc, contract.WaiverFile)
     if len(failed.steps) < 2:
@@ -137,13 +139,13 @@ def _refused(exc, doc, source):
     return "%s: %s must be %s%s, got %r" % (where, field, NEEDS[field], failed.hint, entry[field])
 
 
-def parse(doc, known_rules=None, source="waivers"):
+def parse(doc: Any, known_rules: Container[str] | None = None, source: str = "waivers") -> list[dict[str, Any]]:
     """The waivers of a waiver file's document: its shape is the contract's (contract.WaiverFile);
     what a model cannot say is checked here (a known rule, text that is not blank, the expiry)."""
     if doc is None:
         return []
     entries = doc.get("waivers") if isinstance(doc, dict) else None
-    expiries = {}  # read by _expiry (a date, or a date and time); the model checks the date of each
+    expiries: dict[int, datetime.datetime] = {}  # read by _expiry (a date, or a date and time); the model checks the date of each
     if isinstance(entries, list):
         for index, entry in enumerate(entries, 1):
             if isinstance(entry, dict) and not _unset(entry.get("expires")):
@@ -168,7 +170,7 @@ def parse(doc, known_rules=None, source="waivers"):
     return waivers
 
 
-def matches(waiver, host, groups, finding):
+def matches(waiver: dict[str, Any], host: str, groups: Iterable[str], finding: dict[str, Any]) -> bool:
     if waiver["rule"] != finding["rule"]:
         return False
     if (waiver["hosts"] or waiver["groups"]) and not (
@@ -180,7 +182,8 @@ def matches(waiver, host, groups, finding):
     return True
 
 
-def apply(findings, waivers, host, groups, now):
+def apply(findings: list[dict[str, Any]], waivers: list[dict[str, Any]], host: str, groups: Iterable[str],
+          now: datetime.datetime) -> list[dict[str, Any]]:
     """Mark findings waived (or carrying an expired waiver). Returns the expired waivers that matched."""
     expired = []
     for finding in findings:
@@ -200,7 +203,7 @@ def apply(findings, waivers, host, groups, now):
     return expired
 
 
-def _waive_records(finding, ids, waiver):
+def _waive_records(finding: dict[str, Any], ids: Container[str], waiver: dict[str, Any]) -> bool:
     """Take the records a waiver names out of a kernel record finding's list (evidence
     kernel_records, and the message while records are left; kernel_records_waived says which and
     by whom). True when records are left: a finding without such a list keeps all it has."""

@@ -16,6 +16,7 @@ import selectors
 import signal
 import subprocess
 import time
+from typing import Any, Dict
 
 
 class CommandTimeout(Exception):
@@ -30,8 +31,8 @@ def run_capped(argv, env, limit, stderr_limit, timeout, drain=False):
     rest and throws it away to learn its exit code. Raises CommandTimeout at the timeout."""
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env, start_new_session=True)  # its own group: killed with any child
-    kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}
-    room = {proc.stdout: limit, proc.stderr: stderr_limit}
+    kept = {proc.stdout: bytearray(), proc.stderr: bytearray()}  # type: Dict[Any, bytearray]
+    room = {proc.stdout: limit, proc.stderr: stderr_limit}  # type: Dict[Any, int]
     over, deadline = False, time.monotonic() + timeout
     try:
         with selectors.DefaultSelector() as selector:
@@ -59,6 +60,6 @@ def run_capped(argv, env, limit, stderr_limit, timeout, drain=False):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        proc.stdout.close()  # type: ignore[union-attr]  # PIPE: never None
+        proc.stderr.close()  # type: ignore[union-attr]
     return rc, bytes(kept[proc.stdout]), kept[proc.stderr].decode("utf-8", "replace"), over

@@ -16,6 +16,7 @@ extent header, descriptor) and qemu's docs/interop/qcow2.txt. Python >= 3.8 stan
 from __future__ import absolute_import, division, print_function
 
 import struct
+from typing import Callable, List, Optional, Tuple
 
 __metaclass__ = type
 
@@ -47,7 +48,7 @@ class FormatError(Exception):
     """The image's headers are cut short, inconsistent or point outside the file."""
 
 
-def _crc32c_table():
+def _crc32c_table() -> List[int]:
     table = []
     for byte in range(256):
         crc = byte
@@ -69,7 +70,7 @@ def crc32c(data: bytes) -> int:
     return crc ^ 0xFFFFFFFF
 
 
-def identify(read, size: int, path: str) -> dict:
+def identify(read: Callable[[int, int], bytes], size: int, path: str) -> dict:
     """{"format", "subformat", "data_size"} of the image at `path` (`size` bytes long, `read(offset,
     length)` returning its bytes). data_size is set when the virtual disk lies in the file as is,
     from offset 0 (raw, fixed VHD), so it can be read in place. Raises FormatError."""
@@ -125,7 +126,8 @@ def vhd_footer(data: bytes, path: str, where: str) -> dict:
     return {"data_offset": data_offset, "original_size": original, "current_size": current, "disk_type": disk_type}
 
 
-def vhd_check(read, head: bytes, tail: bytes, tail_start: int, size: int, path: str):
+def vhd_check(read: Callable[[int, int], bytes], head: bytes, tail: bytes, tail_start: int, size: int,
+              path: str) -> Tuple[str, Optional[int]]:
     """(subformat, data_size) of a VHD: its footer at the end (the spec's only required copy), and for a
     dynamic disk the sparse header and the block allocation table inside the file."""
     at = tail.rfind(VHD_COOKIE)
@@ -164,7 +166,7 @@ def vhd_check(read, head: bytes, tail: bytes, tail_start: int, size: int, path: 
     return "dynamic", None
 
 
-def vmdk_check(read, head: bytes, size: int, path: str) -> str:
+def vmdk_check(read: Callable[[int, int], bytes], head: bytes, size: int, path: str) -> str:
     """The create type of a VMDK whose data is all in this file: the sparse extent header's tables
     and embedded descriptor lie inside the file, and the descriptor names no parent."""
     if head.startswith(VMDK_TEXT):
@@ -213,7 +215,7 @@ def vmdk_check(read, head: bytes, size: int, path: str) -> str:
     return create
 
 
-def vhdx_check(read, size: int, path: str) -> None:
+def vhdx_check(read: Callable[[int, int], bytes], size: int, path: str) -> None:
     """Both VHDX headers and both region tables have their signature and CRC-32C, and every region
     lies inside the file. The spec lets a reader fall back on the other copy; an image about to be
     rolled out has both whole, so any damaged copy is refused rather than guessed around."""

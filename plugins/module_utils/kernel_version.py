@@ -22,6 +22,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
+from typing import Any, Dict, Iterable, Optional, Tuple, Union
 
 VENDORS = ("debian", "ubuntu", "rhel", "amazon", "alibaba", "suse", "mainline")
 BACKPORT_VENDORS = ("rhel", "alibaba", "suse")
@@ -66,14 +67,14 @@ _DIGITS = "0123456789"
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
-def _text(value):
+def _text(value: Any) -> str:
     """Accept str/bytes/None from callers; never raise on odd types."""
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
     return value.strip() if isinstance(value, str) else ""
 
 
-def _os_release_id(os_release):
+def _os_release_id(os_release: Any) -> str:
     """ID from /etc/os-release given as a dict or as the file's text."""
     if isinstance(os_release, dict):
         for key in ("ID", "id"):
@@ -86,7 +87,7 @@ def _os_release_id(os_release):
     return ""
 
 
-def _upstream_of(match):
+def _upstream_of(match: Any) -> str:  # a _LEAD_RE match (its callers know it matched)
     """Normalise a _LEAD_RE match to "x.y.z" or "x.y.z-rcN"."""
     text = "%d.%d.%d" % (int(match.group(1)), int(match.group(2)), int(match.group(3) or 0))
     if match.group(5):
@@ -94,12 +95,12 @@ def _upstream_of(match):
     return text
 
 
-def _rpm_version_release(release):
+def _rpm_version_release(release: str) -> str:
     """"4.18.0-513.5.1.el8_9.x86_64+debug" -> "4.18.0-513.5.1.el8_9" (as rpm -q shows it)."""
     return _RPM_ARCH_RE.sub("", _PLUS_VARIANT_RE.sub("", release))
 
 
-def _detect_vendor(release, build, signature, os_id):
+def _detect_vendor(release: str, build: str, signature: str, os_id: str) -> str:
     if _RHEL_RE.search(release):
         return "rhel"
     if _AMAZON_RE.search(release):
@@ -116,7 +117,8 @@ def _detect_vendor(release, build, signature, os_id):
     return "mainline"
 
 
-def identify(release, proc_version="", version_signature="", os_release=None):
+def identify(release: Any, proc_version: Any = "", version_signature: Any = "",
+             os_release: Any = None) -> Dict[str, Any]:
     """Classify a running kernel; see the module docstring for why this is needed.
 
     release: uname -r; proc_version: /proc/version; version_signature:
@@ -192,7 +194,7 @@ def identify(release, proc_version="", version_signature="", os_release=None):
 OPTIONS_DEFAULT_KERNEL = "6.1.0"
 
 
-def options_kernel(kernel_info, known_as):
+def options_kernel(kernel_info: Optional[Dict[str, Any]], known_as: str) -> Dict[str, str]:
     """The upstream version whose ext4 option defaults apply to a kernel, and why: its upstream
     version; else the x.y of its release (defaults change at x.y releases); else
     OPTIONS_DEFAULT_KERNEL. kernel_info: identify()'s answer or None; known_as: what the kernel is
@@ -209,7 +211,7 @@ def options_kernel(kernel_info, known_as):
             % OPTIONS_DEFAULT_KERNEL}
 
 
-def _upstream_key(version):
+def _upstream_key(version: Any) -> Tuple[int, int, int, Union[int, float]]:
     """Sort key for "x.y.z[-rcN]"; an rc sorts before its release."""
     if not isinstance(version, str):
         raise ValueError("upstream version must be a string like '6.8.0-rc3', got %r"
@@ -223,13 +225,13 @@ def _upstream_key(version):
     return (int(major), int(minor or 0), int(patch or 0), rc_key)
 
 
-def compare_upstream(a, b):
+def compare_upstream(a: str, b: str) -> int:
     """-1/0/1 for upstream versions; 6.8.0-rc3 < 6.8.0-rc10 < 6.8.0 < 6.8.1, "6.9" == "6.9.0"."""
     ka, kb = _upstream_key(a), _upstream_key(b)
     return (ka > kb) - (ka < kb)
 
 
-def rpmvercmp(a, b):
+def rpmvercmp(a: str, b: str) -> int:
     """Port of rpm's lib/rpmvercmp.c: -1/0/1.
 
     Alphanumeric segments are compared pairwise, everything else separates
@@ -291,7 +293,7 @@ def rpmvercmp(a, b):
     return -1 if i >= la else 1
 
 
-def compare_evr(a, b):
+def compare_evr(a: str, b: str) -> int:
     """-1/0/1 for "version-release" strings, split at the last '-' (rpm labelCompare style).
 
     A string without '-' is all version with an empty release.
@@ -303,7 +305,7 @@ def compare_evr(a, b):
     return rpmvercmp(va, vb) or rpmvercmp(ra, rb)
 
 
-def in_range(kernel_info, ranges):
+def in_range(kernel_info: Dict[str, Any], ranges: Iterable[Dict[str, Any]]) -> Optional[bool]:
     """True/False/None: is this kernel inside any applicable range?
 
     ranges: [{"vendor": "upstream"|"debian"|..., "min": inclusive, "max": exclusive}].

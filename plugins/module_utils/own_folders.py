@@ -17,6 +17,7 @@ import errno
 import os
 import shutil
 import stat
+from typing import List, Optional
 
 __metaclass__ = type
 
@@ -24,7 +25,7 @@ PID_FILE = "pid"
 PID_MAX_BYTES = 32
 
 
-def claim(path):
+def claim(path: str) -> None:
     """Write this process's pid into the folder it just made (mkdtemp: mode 0700)."""
     fd = os.open(os.path.join(path, PID_FILE), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
@@ -33,7 +34,7 @@ def claim(path):
         os.close(fd)
 
 
-def _alive(pid):
+def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except OSError as exc:
@@ -41,7 +42,7 @@ def _alive(pid):
     return True
 
 
-def _stale_pid(parent_fd, name):
+def _stale_pid(parent_fd: int, name: str) -> Optional[int]:
     """The dead pid that claims the folder parent/name, or None when it is not ours to remove."""
     st = os.lstat(name, dir_fd=parent_fd)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) != 0o700:
@@ -61,10 +62,10 @@ def _stale_pid(parent_fd, name):
     return pid if pid > 0 and not _alive(pid) else None
 
 
-def sweep(parent, prefix):
+def sweep(parent: str, prefix: str) -> List[str]:
     """Remove the folders under parent named prefix* that killed processes of this user left;
     return their paths. Anything else is left alone, and an error on one folder skips it."""
-    removed = []
+    removed = []  # type: List[str]
     try:
         parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:

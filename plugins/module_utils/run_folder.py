@@ -24,6 +24,7 @@ import math
 import os
 import re
 import stat
+from typing import Any, List, NoReturn, Optional, Tuple
 
 DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 SUBFOLDERS = ("facts", "probe")
@@ -49,7 +50,7 @@ class FolderError(Exception):
     """A folder the run must not use; the message names it and says why."""
 
 
-def record_name(host):
+def record_name(host: str) -> str:
     """facts/<name>.json (and probe/) for a host: its name with other characters as _, at most 64
     of them, never starting with a dot, then a hash of the whole name. Any host name, of any length
     or shape, gives a plain file name; the record holds the exact name."""
@@ -60,11 +61,11 @@ def record_name(host):
     return "%s-%s.json" % (plain, digest)
 
 
-def answer_problem(value):
+def answer_problem(value: Any) -> Optional[str]:
     """Why a host's answer (decoded JSON) breaks a bound, or None. Stops at the first bound broken,
     without walking the rest: a list of 100,000 filesystems costs nothing to refuse."""
     values = 0
-    stack = [(value, 1)]
+    stack = [(value, 1)]  # type: List[Tuple[Any, int]]
     while stack:
         item, depth = stack.pop()
         values += 1
@@ -96,18 +97,18 @@ def answer_problem(value):
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-def _not_finite(text):
+def _not_finite(text: str) -> NoReturn:
     raise ValueError("a number that is not finite (%r)" % float(text))  # answer_problem's words
 
 
-def _finite_float(text):
+def _finite_float(text: str) -> float:
     number = float(text)
     if not math.isfinite(number):  # 1e999 reads as inf
         _not_finite(text)
     return number
 
 
-def decode_answer(data):
+def decode_answer(data: bytes) -> Tuple[Any, Optional[str]]:
     """A facts record file's bytes decoded, and why it breaks a bound (or None): the same answer as
     answer_problem on json.loads(data), about ten times faster on a typical record. What a text
     cannot hold, given its size and its escapes, is not checked value by value: a string over
@@ -122,7 +123,7 @@ def decode_answer(data):
         raise
     if len(data) > min(ANSWER_MAX_STRING, 2 * ANSWER_MAX_VALUES) or _SURROGATE_ESCAPE.search(data):
         return value, answer_problem(value)
-    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []  # type: List[Tuple[Any, int]]
     while stack:
         item, depth = stack.pop()
         if depth > ANSWER_MAX_DEPTH:
@@ -136,14 +137,14 @@ def decode_answer(data):
     return value, None
 
 
-def record_text(record):
+def record_text(record: Any) -> Optional[str]:
     """A facts record as its file holds it (indented JSON, keys sorted), and None when it is over
     ANSWER_MAX_BYTES."""
     text = json.dumps(record, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
     return text if len(text.encode("utf-8")) <= ANSWER_MAX_BYTES else None
 
 
-def _check(st, path, private):
+def _check(st: os.stat_result, path: str, private: bool) -> None:
     """A folder on the way to a run folder: root's or this user's; writable by nobody else
     (private), or only with the sticky bit (then nobody else can rename what is in it)."""
     if st.st_uid not in (0, os.geteuid()):
@@ -154,7 +155,7 @@ def _check(st, path, private):
                           "for their own" % (path, stat.S_IMODE(st.st_mode), "" if private else " and is not sticky"))
 
 
-def _open_in(dir_fd, name, path):
+def _open_in(dir_fd: int, name: str, path: str) -> int:
     try:
         return os.open(name, DIRECTORY, dir_fd=dir_fd)
     except NotADirectoryError:
@@ -166,7 +167,7 @@ def _open_in(dir_fd, name, path):
     raise FolderError("%s is not a folder" % path)
 
 
-def open_folder(path, private=1, create=False):
+def open_folder(path: str, private: int = 1, create: bool = False) -> int:
     """path opened as a folder from / one component at a time, never following a symbolic link,
     each folder checked (_check): the last `private` ones may be written by no other user.
     create: make the missing folders (mode 0755). Returns the descriptor; FolderError or OSError."""
@@ -199,7 +200,7 @@ def open_folder(path, private=1, create=False):
         raise
 
 
-def claim(reports_dir, run_id):
+def claim(reports_dir: str, run_id: Any) -> str:
     """Make the run folder reports_dir/run_id with facts/ and probe/ and return its path: the
     reports folder is opened and checked (open_folder, made if missing), the run folder made with
     mkdir, never taken when it exists (FolderError)."""
@@ -226,7 +227,7 @@ def claim(reports_dir, run_id):
     return path
 
 
-def write_file(dir_fd, name, text, mode=0o644):
+def write_file(dir_fd: int, name: str, text: str, mode: int = 0o644) -> None:
     """dir_fd/name written under a temporary name, flushed and renamed into place; nothing is
     followed (O_NOFOLLOW, O_EXCL) and a killed run never leaves half a file."""
     tmp = ".tmp-%s-%s" % (os.urandom(6).hex(), name)

@@ -10,6 +10,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
+from typing import List, Union
 
 
 # Constants both sides of the audit use (the controller's ext4audit/contract.py reads them here:
@@ -39,7 +40,7 @@ class ParseError(ValueError):
     """Input that does not have the expected format; the message says where."""
 
 
-def unescape_octal(field):
+def unescape_octal(field: Union[str, bytes]) -> str:
     """Decode the kernel's octal escapes (\\040 space, \\011 tab, \\012 newline, \\134 backslash).
 
     Works on bytes so that a name which is not UTF-8 survives; the result is text with
@@ -58,7 +59,7 @@ def unescape_octal(field):
     return bytes(out).decode("utf-8", "backslashreplace")
 
 
-def split_options(text):
+def split_options(text: str) -> List[str]:
     """Split a comma-separated option string; empty and '(none)' give []."""
     text = text.strip()
     if not text or text == "(none)":

@@ -12,6 +12,7 @@ import binascii
 import re
 import struct
 import uuid
+from typing import Any, Callable, Dict, List, Optional
 
 from .common import ParseError
 
@@ -35,16 +36,17 @@ GPT_TABLE_CAP = 1024 * 1024  # the usual table is 16 KiB (128 entries of 128 byt
 EXT_MAGIC_OFFSET = 1024 + 56
 
 
-def has_ext_magic(data, offset=EXT_MAGIC_OFFSET):
+def has_ext_magic(data: bytes, offset: int = EXT_MAGIC_OFFSET) -> bool:
     return data[offset:offset + 2] == b"\x53\xef"
 
 
-def _partition(number, start, size, type_id, type_name, partuuid=None, name=None):
+def _partition(number: Optional[int], start: int, size: int, type_id: Optional[str], type_name: Optional[str],
+               partuuid: Optional[str] = None, name: Optional[str] = None) -> Dict[str, Any]:
     return {"number": number, "start": start, "size": size, "type": type_id, "type_name": type_name,
             "partuuid": partuuid, "name": name}
 
 
-def parse_partition_table(read, size):
+def parse_partition_table(read: Callable[[int, int], bytes], size: int) -> Dict[str, Any]:
     """Partitions of a raw disk image. read(offset, length) returns the image's bytes there; size
     is the image's length. Returns {table: gpt|mbr|none, disk_id, sector_size, partitions: [...]}
     with each partition's number, start and size in bytes, type, type_name, partuuid and (GPT)
@@ -76,9 +78,9 @@ def parse_partition_table(read, size):
     return {"table": "mbr", "disk_id": "%08x" % signature, "sector_size": 512, "partitions": partitions}
 
 
-def _logical_partitions(read, extended_lba, signature):
+def _logical_partitions(read: Callable[[int, int], bytes], extended_lba: int, signature: int) -> List[Dict[str, Any]]:
     """Walk the chain of extended boot records; logical partitions are numbered from 5."""
-    found, ebr, seen = [], extended_lba, set()
+    found, ebr, seen = [], extended_lba, set()  # type: List[Dict[str, Any]], int, set[int]
     while ebr not in seen and len(found) < 128:
         seen.add(ebr)
         sector = read(ebr * 512, 512)
@@ -96,7 +98,7 @@ def _logical_partitions(read, extended_lba, signature):
     return found
 
 
-def _parse_gpt(read, size):
+def _parse_gpt(read: Callable[[int, int], bytes], size: int) -> Dict[str, Any]:
     for sector in (512, 4096):
         header = read(sector, 92)
         if header[:8] == b"EFI PART":
@@ -134,7 +136,7 @@ def _parse_gpt(read, size):
             "partitions": partitions}
 
 
-def _check_bounds(partitions, size):
+def _check_bounds(partitions: List[Dict[str, Any]], size: int) -> None:
     """Every partition inside the image, and no two sharing a byte: a disk whose partitions overlap
     (or repeat one another) has filesystems writing over each other's blocks."""
     for part in partitions:
@@ -149,7 +151,7 @@ def _check_bounds(partitions, size):
                                                   after["number"], after["start"], after["start"] + after["size"]))
 
 
-def parse_bzimage_version(head):
+def parse_bzimage_version(head: bytes) -> Optional[Dict[str, str]]:
     """The version string of an x86 bzImage from its setup header (boot protocol >= 2.00):
     kernel_version at 0x20E points at a NUL-terminated string 0x200 bytes further on. The string
     is what /proc/version says after 'Linux version ', without the compiler part, e.g.
@@ -172,7 +174,7 @@ def parse_bzimage_version(head):
     return {"release": release, "version": text}
 
 
-def parse_debugfs_ls(text):
+def parse_debugfs_ls(text: str) -> List[Dict[str, Any]]:
     """`debugfs -R 'ls -p DIR'`: one '/inode/mode/uid/gid/name/size/' line per entry. Returns
     [{name, inode, mode, size}] without '.' and '..'; a name with a newline breaks its line and is
     left out (such names are refused anyway)."""
@@ -186,7 +188,7 @@ def parse_debugfs_ls(text):
     return entries
 
 
-def parse_debugfs_fast_link(text):
+def parse_debugfs_fast_link(text: str) -> Optional[str]:
     """A fast symlink's target from `debugfs -R 'stat PATH'` (None: not a fast link)."""
     match = re.search(r'^Fast link dest: "(.*)"$', text, re.M)
     return match.group(1) if match else None
@@ -197,5 +199,5 @@ def parse_debugfs_fast_link(text):
 _PLAIN_IMAGE_PATH = re.compile(r"^/[A-Za-z0-9._+@:=,~/-]*$")
 
 
-def plain_image_path(path):
+def plain_image_path(path: str) -> bool:
     return bool(_PLAIN_IMAGE_PATH.match(path))

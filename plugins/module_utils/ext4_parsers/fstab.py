@@ -9,6 +9,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from .common import ANONYMOUS_DEVICE_TYPES, EXT4_DRIVER_TYPES, NETFS_TYPES, READ_ONLY_IMAGE_TYPES, split_options, unescape_octal
 from .mounts import FSTAB_ONLY, FSTAB_ONLY_PREFIXES, VFS_FLAGS, mount_option_map
@@ -25,9 +26,9 @@ def fstab_not_audited(entry: dict) -> bool:
     return entry["mountpoint"] == "/" or device or fstype in ANONYMOUS_DEVICE_TYPES
 
 
-def parse_fstab(text):
+def parse_fstab(text: str) -> Tuple[List[Dict[str, Any]], List[str]]:
     """Parse /etc/fstab. Returns (entries, errors); a malformed line is an error, not a crash."""
-    entries, errors = [], []
+    entries, errors = [], []  # type: Tuple[List[Dict[str, Any]], List[str]]
     for lineno, line in enumerate(text.split("\n"), 1):  # as libmount: lines end at \n,
         stripped = line.strip(" \t\r")                      # fields are split at spaces and tabs
         if not stripped or stripped.startswith("#"):
@@ -47,7 +48,7 @@ def parse_fstab(text):
     return entries, errors
 
 
-def fstab_long_line(text, cap):
+def fstab_long_line(text: str, cap: int) -> Optional[Tuple[int, int]]:
     """(line number, length in bytes) of the first fstab entry (not a comment) longer than cap
     bytes, or None."""
     for lineno, line in enumerate(text.split("\n"), 1):
@@ -58,14 +59,15 @@ def fstab_long_line(text, cap):
     return None
 
 
-def fstab_drift(fstab_options, effective, mount_flags):
+def fstab_drift(fstab_options: Iterable[str], effective: Dict[str, Any],
+                mount_flags: Iterable[str]) -> List[Dict[str, Any]]:
     """What fstab asks for that is not in effect.
 
     fstab_options: the entry's option list; effective: option_map of the effective ext4
     options; mount_flags: set of per-mount and super option tokens from mountinfo.
     Returns a list of {option, wanted, effective}; options that only mount(8) acts on are skipped.
     """
-    drift = []
+    drift = []  # type: List[Dict[str, Any]]
     for opt in fstab_options:
         if opt in FSTAB_ONLY or opt.startswith(FSTAB_ONLY_PREFIXES):
             continue
@@ -81,7 +83,7 @@ def fstab_drift(fstab_options, effective, mount_flags):
     return drift
 
 
-def fstab_spec_target(spec):
+def fstab_spec_target(spec: str) -> Tuple[Optional[str], Any]:
     """What an fstab source names: ('uuid'|'label'|'partuuid'|'partlabel', value), ('number', N)
     for a partition device name, ('disk', name) for a whole disk, ('root', None) for /dev/root, or
     (None, spec) for anything else (LVM, md, a network source)."""
@@ -105,7 +107,7 @@ def fstab_spec_target(spec):
     return None, spec
 
 
-def fstab_mount_tokens(options):
+def fstab_mount_tokens(options: Iterable[str]) -> List[str]:
     """The option tokens a mount from this fstab entry hands the filesystem (what mountinfo's
     super options would show): rw or ro, then everything mount(8) and the VFS do not keep."""
     tokens = ["ro" if "ro" in options else "rw"]

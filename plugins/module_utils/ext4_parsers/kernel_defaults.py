@@ -8,6 +8,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from typing import Any, Dict, Iterable, List, Optional
+
 from ..kernel_version import compare_upstream
 from .mounts import mount_option_map
 from .superblock import SUPERBLOCK_DEFAULT_OPTIONS
@@ -26,19 +28,20 @@ KERNEL_DEFAULTS = {"auto_da_alloc": True, "barrier": True, "discard": False, "co
 DIOREAD_NOLOCK_DEFAULT_SINCE = {"page": "5.6.0-rc1", "subpage": "6.8.0-rc1"}
 
 
-def _version_at_least(version, floor):
+def _version_at_least(version: str, floor: str) -> bool:
     # kernel_version.py is the one place that orders upstream versions
     return compare_upstream(version, floor) >= 0
 
 
-def default_dioread_nolock(kernel, block_size, page_size):
+def default_dioread_nolock(kernel: str, block_size: Optional[int], page_size: int) -> bool:
     """Is dioread_nolock on by default for this block size on upstream kernel version `kernel`?"""
     if not block_size or block_size > page_size:
         return False
     return _version_at_least(kernel, DIOREAD_NOLOCK_DEFAULT_SINCE["page" if block_size == page_size else "subpage"])
 
 
-def infer_options(superblock, super_options, kernel, fstype="ext4", page_size=4096):
+def infer_options(superblock: Optional[Dict[str, Any]], super_options: Iterable[str], kernel: str,
+                  fstype: str = "ext4", page_size: int = 4096) -> List[str]:
     """Rebuild the effective option tokens as /proc/fs/ext4/<dev>/options would print them, for the
     options the rules read (tests/integration/test_inference_differential.py lists the rest).
 
@@ -69,7 +72,7 @@ def infer_options(superblock, super_options, kernel, fstype="ext4", page_size=40
     scan_default = default_mb_optimize_scan(superblock) if superblock else None
     if scan_default is not None and merged.get("mb_optimize_scan") == ("1" if scan_default else "0"):
         del merged["mb_optimize_scan"]  # printed only where it differs from the group-count default
-    tokens = []
+    tokens = []  # type: List[str]
     for name, value in sorted(merged.items()):
         if name == "ro":
             tokens.insert(0, "ro" if value else "rw")
@@ -82,14 +85,14 @@ def infer_options(superblock, super_options, kernel, fstype="ext4", page_size=40
     return tokens
 
 
-def default_mb_optimize_scan(superblock):
+def default_mb_optimize_scan(superblock: Dict[str, Any]) -> Optional[bool]:
     """The kernel turns mb_optimize_scan on for 16 block groups or more (MB_DEFAULT_LINEAR_SCAN_THRESHOLD)."""
     if not superblock.get("block_count") or not superblock.get("blocks_per_group"):
         return None
     return -(-superblock["block_count"] // superblock["blocks_per_group"]) >= 16
 
 
-def default_stripe(superblock):
+def default_stripe(superblock: Dict[str, Any]) -> int:
     """The RAID stripe the kernel takes from the superblock (fs/ext4/super.c ext4_get_stripe_size):
     the stripe width, else the stride, if within a block group; 1 means none."""
     per_group = superblock.get("blocks_per_group") or 0

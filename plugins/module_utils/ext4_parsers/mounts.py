@@ -8,6 +8,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+from typing import Any, Dict, Iterable, List
+
 from .common import (
     ANONYMOUS_DEVICE_TYPES, EXT4_DRIVER_TYPES, READ_ONLY_IMAGE_TYPES, ParseError, split_options, unescape_octal,
 )
@@ -59,7 +61,7 @@ FSTAB_ONLY_PREFIXES = ("x-", "comment=", "loop=", "offset=", "sizelimit=", "cont
                        "fscontext=", "defcontext=", "rootcontext=", "helper=")
 
 
-def parse_mountinfo(text):
+def parse_mountinfo(text: str) -> List[Dict[str, Any]]:
     """Parse /proc/self/mountinfo.
 
     Returns a list of dicts: mount_id, parent_id, major, minor, root, mountpoint,
@@ -93,7 +95,7 @@ def parse_mountinfo(text):
     return mounts
 
 
-def parse_ext4_options(text):
+def parse_ext4_options(text: str) -> List[str]:
     """Parse /proc/fs/ext4/<dev>/options (one option per line, defaults included)."""
     options = [line.strip() for line in text.splitlines() if line.strip()]
     if not options or options[0] not in ("rw", "ro"):
@@ -104,13 +106,13 @@ def parse_ext4_options(text):
     return options
 
 
-def option_map(options):
+def option_map(options: Iterable[str]) -> Dict[str, Any]:
     """Normalise option tokens to {name: value}: booleans for flags, strings for key=value.
 
     nodelalloc -> {'delalloc': False}; dioread_lock and nodioread_nolock -> {'dioread_nolock': False};
     barrier=0 -> {'barrier': False}; data=ordered -> {'data': 'ordered'}.
     """
-    result = {}
+    result = {}  # type: Dict[str, Any]
     for opt in options:
         name, sep, value = opt.partition("=")
         if name == "barrier" and sep:
@@ -132,7 +134,7 @@ MOUNT_SYNONYMS = {"noload": ["norecovery"], "journal_async_commit": ["journal_as
 DEFAULT_COMMIT_SECONDS = "5"  # JBD2_DEFAULT_MAX_COMMIT_AGE: commit=0 means this
 
 
-def mount_option_map(tokens):
+def mount_option_map(tokens: Iterable[str]) -> Dict[str, Any]:
     """option_map() of mount tokens as typed, read the way the kernel reads them."""
     expanded = []
     for token in tokens:

@@ -9,9 +9,10 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
+from typing import Dict, Iterable, List, Optional
 
 
-def parse_os_release(text):
+def parse_os_release(text: str) -> Dict[str, str]:
     """Parse /etc/os-release (shell-style KEY=value, optionally quoted)."""
     result = {}
     for line in text.splitlines():
@@ -70,7 +71,7 @@ def image_identity(os_release: dict, image_id: dict, build_info: dict, file_name
             "build_date": build_date, "build_date_source": date_source}
 
 
-def parse_dpkg_status(text, packages):
+def parse_dpkg_status(text: str, packages: Iterable[str]) -> Dict[str, Optional[str]]:
     """The installed version of each of packages in a dpkg status database (/var/lib/dpkg/status:
     RFC 822-style stanzas separated by blank lines); a package not installed is left out."""
     wanted, found = frozenset(packages), {}
@@ -87,12 +88,12 @@ def parse_dpkg_status(text, packages):
     return found
 
 
-def parse_grub_first_kernel(text):
+def parse_grub_first_kernel(text: str) -> Optional[str]:
     """The kernel path of grub.cfg's first `linux` line (GRUB boots the first entry by default)."""
     match = re.search(r"^\s*linux(?:efi|16)?\s+(\S+)", text, re.M)
     return match.group(1) if match else None
 
 
-def release_sort_key(release):
+def release_sort_key(release: str) -> List[int]:
     """Orders kernel releases by their numbers: 6.12.57+deb12-cloud-amd64 after 6.1.0-28-cloud-amd64."""
     return [int(number) for number in re.findall(r"\d+", release)]

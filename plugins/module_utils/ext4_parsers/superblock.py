@@ -9,6 +9,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import re
+from typing import Any, Dict, Iterable, Optional
 
 from .common import ParseError, split_options
 from .mounts import option_map
@@ -17,7 +18,7 @@ from .mounts import option_map
 _SIZE_UNITS = {"": 1, "k": 1024, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4}
 
 
-def parse_size(text):
+def parse_size(text: str) -> int:
     """'64M' -> 67108864, '4096k' -> 4194304 (dumpe2fs prints %uk below 8 MiB, %uM above)."""
     match = re.match(r"^\s*(\d+)\s*([kKMGT]?)\s*$", text)
     if not match:
@@ -56,7 +57,7 @@ SUPERBLOCK_FIELDS = (
 )
 
 
-def parse_dumpe2fs(text):
+def parse_dumpe2fs(text: str) -> Dict[str, Any]:
     """Parse `dumpe2fs -h` (LC_ALL=C) from e2fsprogs 1.42 to 1.47 into superblock facts.
 
     Journal size: 1.46+ print 'Total journal size/blocks', older ones 'Journal size' and
@@ -76,7 +77,7 @@ def parse_dumpe2fs(text):
     if "Block size" not in raw or "Filesystem features" not in raw:
         raise ParseError("dumpe2fs output has no superblock header (Block size / Filesystem features)")
 
-    def integer(key):
+    def integer(key: str) -> Optional[int]:
         return int(raw[key]) if re.match(r"^[0-9]+$", raw.get(key, "")) else None  # not isdigit(): "²"
 
     block_size = integer("Block size")
@@ -105,7 +106,7 @@ def parse_dumpe2fs(text):
         # s_error_count: printed only when nonzero (e2fsprogs lib/e2p/ls.c), so absent means 0.
         "error_count": integer("FS Error count") or 0,
         "e2fsprogs_fields": "total" if "Total journal size" in raw else "legacy",
-    }
+    }  # type: Dict[str, Any]
     blocks = integer("Total journal blocks") or integer("Journal length")
     size = raw.get("Total journal size") or raw.get("Journal size")
     if blocks and block_size:
@@ -125,7 +126,7 @@ VIRTUAL_DISK_MODELS = ("amazon elastic block store", "persistentdisk", "virtual 
 VIRTUAL_DISK_PREFIXES = ("vd", "xvd", "rbd", "nbd")  # virtio-blk, Xen, Ceph RBD, network block device
 
 
-def volume_kind(disk, model):
+def volume_kind(disk: str, model: Optional[str]) -> str:
     """What the whole disk under a filesystem is: md-raid, device-mapper, loop, virtual or disk.
 
     disk: the kernel name (md127, dm-0, nvme0n1, vda); model: sysfs device/model or None."""
@@ -156,7 +157,7 @@ SUPERBLOCK_DEFAULT_OPTIONS = {
 }
 
 
-def superblock_option_map(sb):
+def superblock_option_map(sb: Dict[str, Any]) -> Dict[str, Any]:
     """Options the superblock bakes in (tune2fs -o and -E mount_opts=), as option_map() values."""
     result = {}
     for token in sb.get("default_mount_options", []):
@@ -167,7 +168,7 @@ def superblock_option_map(sb):
     return result
 
 
-def e2fsprogs_default_journal_blocks(block_count):
+def e2fsprogs_default_journal_blocks(block_count: int) -> Optional[int]:
     """Journal size mke2fs >= 1.43.2 picks for a filesystem of block_count blocks
     (lib/ext2fs/mkjournal.c ext2fs_default_journal_size). None: too small for a journal."""
     table = (
@@ -181,7 +182,7 @@ def e2fsprogs_default_journal_blocks(block_count):
     return 262144
 
 
-def parse_jbd2_info(text):
+def parse_jbd2_info(text: str) -> Dict[str, Optional[int]]:
     """Parse /proc/fs/jbd2/<dev>-<inode>/info into numbers (units kept in the key names)."""
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
@@ -202,9 +203,9 @@ def parse_jbd2_info(text):
     return info
 
 
-def parse_dumpe2fs_identity(text):
+def parse_dumpe2fs_identity(text: str) -> Dict[str, Optional[str]]:
     """UUID and label from `dumpe2fs -h` (the label is None when it prints '<none>')."""
-    found = {"uuid": None, "label": None}
+    found = {"uuid": None, "label": None}  # type: Dict[str, Optional[str]]
     for line in text.splitlines():
         key, sep, value = line.partition(":")
         if sep and key.strip() == "Filesystem UUID":  # the last: a forged one (see parse_dumpe2fs) comes first
@@ -214,7 +215,7 @@ def parse_dumpe2fs_identity(text):
     return found
 
 
-def ext_fstype(features):
+def ext_fstype(features: Iterable[str]) -> str:
     """What a filesystem with these features is called (what blkid would say)."""
     if set(features) & {"extent", "extents", "flex_bg", "64bit", "huge_file", "metadata_csum"}:
         return "ext4"

@@ -10,10 +10,20 @@ __metaclass__ = type
 import math
 import os
 
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+
 from .base import DIRECTORY, KiB, MiB, PAYLOAD, ProbeError, now, syncfs
 from .extents import extent_metrics, fiemap
 from .loops import Mounted
 from .replica import copy_sparse
+
+if TYPE_CHECKING:
+    from .image_cache import Images
+    from .scratch_dir import Scratch
+
+# A workload: file operations (("open", f), ("write", f, offset, length), ("fsync", f), ("close", f),
+# ("syncfs",), ("cpu", i)) and the files whose d-span is measured.
+Ops = List[Any]
 
 
 # He et al. (FAST '15, section 5) traced ext4's layout tail on 3.12 to four allocator policies. Each
@@ -35,9 +45,9 @@ ALLOCATOR_MIN_RATIO = 1.2  # p90 d-span, trigger over control: smaller is not a 
 ALLOCATOR_TEST = "exact one-sided sign test (trigger d-span > control), ties dropped"
 
 
-def flushed_writes(f, chunks, cpus=None):
+def flushed_writes(f: int, chunks: List[Tuple[int, int]], cpus: Optional[List[int]] = None) -> Ops:
     """Each (offset, length) written and flushed; cpus[i]: the CPU the i-th chunk runs on."""
-    ops = []
+    ops = []  # type: Ops
     for i, (offset, length) in enumerate(chunks):
         if cpus is not None:
             ops.append(("cpu", cpus[i]))
@@ -45,38 +55,38 @@ def flushed_writes(f, chunks, cpus=None):
     return ops
 
 
-def scheduler_dependency_ops(trigger):
+def scheduler_dependency_ops(trigger: bool) -> Tuple[Ops, List[int]]:
     """Four small files (32 KiB, under mb_stream_req's 64 KiB), each written in four flushed 8 KiB
     chunks. Small files are placed in the preallocation of the flushing CPU's locality group: on
     one CPU the chunks of a file sit side by side; flushed from alternating CPUs they go to two
     preallocations (2 MiB each by default), so a file's d-span spans the distance between them."""
-    ops = []
+    ops = []  # type: Ops
     for f in range(4):
         chunks = [(8 * KiB * i, 8 * KiB) for i in range(4)]
         ops += [("open", f)] + flushed_writes(f, chunks, [i % 2 if trigger else 0 for i in range(4)]) + [("close", f)]
     return ops + [("syncfs",)], [0, 1, 2, 3]
 
 
-def special_end_ops(trigger):
+def special_end_ops(trigger: bool) -> Tuple[Ops, List[int]]:
     """A 256 KiB file: three 64 KiB chunks flushed while open, then closed, synced and reopened,
     and its last chunk written at the end of the file. Trigger: the file is closed before that
     chunk is flushed, so the last extent is allocated for a closed file at its end (the three
     conditions: no preallocation for it, unlike the rest of the file). Control: the last chunk is
     flushed before the close, while the file is open. The d-span shows where the last extent went."""
     chunk = 64 * KiB
-    ops = [("open", 0)] + flushed_writes(0, [(chunk * i, chunk) for i in range(3)])
+    ops = [("open", 0)] + flushed_writes(0, [(chunk * i, chunk) for i in range(3)])  # type: Ops
     ops += [("close", 0), ("syncfs",), ("open", 0), ("write", 0, 3 * chunk, chunk)]
     ops += ([] if trigger else [("fsync", 0)]) + [("close", 0), ("syncfs",)]
     return ops, [0]
 
 
-def shared_global_ops(trigger):
+def shared_global_ops(trigger: bool) -> Tuple[Ops, List[int]]:
     """A file that grows from small to large (four flushed 32 KiB chunks: 32 KiB is a small file,
     from 96 KiB on a large one). Once large, its next extent's goal is the group of the last large
     allocation anywhere in the filesystem. Trigger: another file gets 1 MiB written and flushed
     before each of its chunks, so that last large allocation is elsewhere; control: the growing file
     alone (the same operations without the other file's). Only the growing file is measured."""
-    chunk, ops = 32 * KiB, [("open", 0)]
+    chunk, ops = 32 * KiB, [("open", 0)]  # type: int, Ops
     if trigger:
         ops.append(("open", 1))
     for i in range(4):
@@ -87,7 +97,7 @@ def shared_global_ops(trigger):
     return ops + [("syncfs",)], [0]
 
 
-def normalization_ops(trigger):
+def normalization_ops(trigger: bool) -> Tuple[Ops, List[int]]:
     """A large sparse file: four 256 KiB chunks, each holding 128 KiB of data, written in the
     paper's order 3-0-1-2 and flushed one by one. Normalization widens a request to an aligned
     window; the paper's bug moved its logical start back without moving the physical goal, so the
@@ -104,19 +114,19 @@ ALLOCATOR_WORKLOADS = {"scheduler_dependency": scheduler_dependency_ops, "specia
                        "shared_global": shared_global_ops, "normalization": normalization_ops}
 
 
-def play_ops(mountpoint, ops, cpus):
+def play_ops(mountpoint: str, ops: Ops, cpus: List[int]) -> List[str]:
     """Play operations on files 0.file, 1.file, ... at the mount's root; returns the paths.
     It starts on the first allowed CPU: a workload left to migrate between CPUs would meet the
     Scheduler Dependency in every experiment (seen on 6.12: scattered control runs)."""
     root = os.open(mountpoint, DIRECTORY)
     previous = os.sched_getaffinity(0)
-    fds = {}
+    fds = {}  # type: Dict[Any, int]
     try:
         os.sched_setaffinity(0, [cpus[0]])
         for op in ops:
             kind, f = op[0], op[1] if len(op) > 1 else None
             if kind == "open":
-                fds[f] = os.open("%d.file" % f, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644, dir_fd=root)
+                fds[f] = os.open("%d.file" % f, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644, dir_fd=root)  # type: ignore[str-format]  # an open names its file
             elif kind == "write":
                 os.pwrite(fds[f], PAYLOAD[:op[3]], op[2])
             elif kind == "fsync":
@@ -126,7 +136,7 @@ def play_ops(mountpoint, ops, cpus):
             elif kind == "syncfs":
                 syncfs(root)
             elif kind == "cpu":
-                os.sched_setaffinity(0, [cpus[f]])
+                os.sched_setaffinity(0, [cpus[f]])  # type: ignore[index]  # a cpu op names its CPU
             else:
                 raise ProbeError("unknown workload operation %r" % (op,))
     finally:
@@ -138,7 +148,7 @@ def play_ops(mountpoint, ops, cpus):
     return [os.path.join(mountpoint, "%d.file" % f) for f in names]
 
 
-def largest_dspan(paths, block_size):
+def largest_dspan(paths: List[str], block_size: int) -> int:
     spans = []
     for path in paths:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -149,7 +159,7 @@ def largest_dspan(paths, block_size):
     return max(spans)
 
 
-def sign_test(trigger, control):
+def sign_test(trigger: Sequence[float], control: Sequence[float]) -> float:
     """One-sided exact sign test that trigger values exceed their paired control values: the
     binomial tail P(X >= wins) for X ~ Bin(n, 1/2), n the pairs that differ (ties dropped)."""
     wins = sum(1 for t, c in zip(trigger, control) if t > c)
@@ -159,7 +169,7 @@ def sign_test(trigger, control):
     return sum(math.comb(n, k) for k in range(wins, n + 1)) / 2.0 ** n
 
 
-def quantile(values, q):
+def quantile(values: Sequence[float], q: float) -> float:
     """Linear interpolation between order statistics (R's type 7, the controller's numpy default)."""
     ordered = sorted(values)
     position = q * (len(ordered) - 1)
@@ -168,13 +178,13 @@ def quantile(values, q):
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def allocator_effect(trigger, control):
+def allocator_effect(trigger: List[float], control: List[float]) -> Dict[str, Optional[float]]:
     """Ratios of the d-span quantiles (trigger over control) and each side's tail share: the share
     of its runs at or above the p90 of both sides' runs together (Chopper's tail)."""
     if not trigger:
         return {"dspan_p50_ratio": None, "dspan_p90_ratio": None, "tail_share_trigger": None,
                 "tail_share_control": None}
-    effect = {}
+    effect = {}  # type: Dict[str, Optional[float]]
     for name, q in (("dspan_p50_ratio", 0.5), ("dspan_p90_ratio", 0.9)):
         below = quantile(control, q)
         effect[name] = round(quantile(trigger, q) / below, 4) if below else None
@@ -184,17 +194,17 @@ def allocator_effect(trigger, control):
     return effect
 
 
-def allocator_verdict(pairs, p_value, p90_ratio):
+def allocator_verdict(pairs: int, p_value: Optional[float], p90_ratio: Optional[float]) -> Tuple[str, Optional[str]]:
     """present: the trigger makes the d-span larger (p < ALLOCATOR_ALPHA) by a margin that matters
     (p90 ratio >= ALLOCATOR_MIN_RATIO); absent: no significant difference over at least
     ALLOCATOR_MIN_PAIRS pairs; anything else is inconclusive. Returns (verdict, reason)."""
     if pairs < ALLOCATOR_MIN_PAIRS:
         return "inconclusive", "%d pairs measured, %d needed" % (pairs, ALLOCATOR_MIN_PAIRS)
-    if p_value >= ALLOCATOR_ALPHA:
+    if p_value >= ALLOCATOR_ALPHA:  # type: ignore[operator]  # a p value with enough pairs
         return "absent", None
     if p90_ratio is not None and p90_ratio >= ALLOCATOR_MIN_RATIO:
         return "present", None
-    return "inconclusive", "the trigger's d-spans are larger (p %.3g) but the p90 ratio %s is under %g" % (
+    return "inconclusive", "the trigger's d-spans are larger (p %.3g) but the p90 ratio %s is under %g" % (  # type: ignore[str-format]
         p_value, "n/a" if p90_ratio is None else "%.3g" % p90_ratio, ALLOCATOR_MIN_RATIO)
 
 
@@ -203,31 +213,31 @@ class Allocator:
 
     DISK = 256 * MiB  # the image the mount check already uses: no extra build
 
-    def __init__(self, scratch, images, deadline, pairs=ALLOCATOR_PAIRS):
+    def __init__(self, scratch: "Scratch", images: "Images", deadline: float, pairs: int = ALLOCATOR_PAIRS) -> None:
         self.scratch, self.images, self.deadline, self.pairs = scratch, images, deadline, pairs
         self.cpus = sorted(os.sched_getaffinity(0))
 
-    def issue(self, issue_id, name):
+    def issue(self, issue_id: str, name: str) -> Dict[str, Any]:
         entry = {"id": issue_id, "name": name, "verdict": "inconclusive", "reason": None, "pairs": 0,
-                 "effect": allocator_effect([], []), "p_value": None, "test": ALLOCATOR_TEST}
+                 "effect": allocator_effect([], []), "p_value": None, "test": ALLOCATOR_TEST}  # type: Dict[str, Any]
         if issue_id == "scheduler_dependency" and len(self.cpus) < 2:
             entry["reason"] = "one CPU: cannot be measured"
             return entry
-        samples = {True: [], False: []}
+        samples = {True: [], False: []}  # type: Dict[bool, List[float]]
         run_image = self.scratch.path("runs", "allocator.img")
         for number in range(self.pairs):
             if now() > self.deadline:
                 entry["reason"] = "time budget reached after %d pairs" % number
                 break
-            for trigger in ((True, False) if number % 2 == 0 else (False, True)):
-                ops, measured = ALLOCATOR_WORKLOADS[issue_id](trigger)
+            for is_trigger in ((True, False) if number % 2 == 0 else (False, True)):
+                ops, measured = ALLOCATOR_WORKLOADS[issue_id](is_trigger)
                 copy_sparse(self.images.get(self.DISK, 0, 6), run_image)
                 try:
                     self.scratch.check_cap()
                     with Mounted(run_image, self.scratch.path("mnt", "allocator"), self.images.options) as mnt:
                         paths = play_ops(mnt.target, ops, self.cpus)
-                        samples[trigger].append(largest_dspan([paths[i] for i in measured],
-                                                              self.images.mkfs["block_size"]))
+                        samples[is_trigger].append(largest_dspan([paths[i] for i in measured],
+                                                                 self.images.mkfs["block_size"]))
                 finally:
                     os.unlink(run_image)
             entry["pairs"] += 1
@@ -239,10 +249,10 @@ class Allocator:
         entry["verdict"], entry["reason"] = verdict, entry["reason"] or reason
         return entry
 
-    def run(self, progress):
+    def run(self, progress: Callable[[str], None]) -> Dict[str, Any]:
         """The `allocator` section: status ran, or error (with the reason) when an experiment
         could not be run; an issue not measured is inconclusive with its reason, never absent."""
-        section = {"status": "ran", "reason": None, "issues": []}
+        section = {"status": "ran", "reason": None, "issues": []}  # type: Dict[str, Any]
         for issue_id, name in ALLOCATOR_ISSUES:
             try:
                 entry = self.issue(issue_id, name)

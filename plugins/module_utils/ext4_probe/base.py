@@ -46,18 +46,18 @@ class ScratchFull(ProbeError):
     """The scratch directory holds more than its cap ("scratch cap"), or its filesystem has no
     space left ("scratch full"); `what` says which (the sweep's stopped_by)."""
 
-    def __init__(self, message, what="scratch cap"):
+    def __init__(self, message: str, what: str = "scratch cap") -> None:
         ProbeError.__init__(self, message)
         self.what = what
 
 
-def _check(ret, what):
+def _check(ret: int, what: str) -> None:
     if ret != 0:
         err = ctypes.get_errno()
         raise OSError(err, "%s: %s" % (what, os.strerror(err)))
 
 
-def mount(device, target, options):
+def mount(device: str, target: str, options: str) -> None:
     _check(_libc.mount(device.encode(), target.encode(), b"ext4", 0, options.encode()),
            "mount %s with %s" % (device, options or "(no options)"))
 
@@ -67,7 +67,7 @@ CLONE_NEWNS = 0x00020000
 MS_REC, MS_PRIVATE = 0x4000, 1 << 18
 
 
-def private_mounts():
+def private_mounts() -> None:
     """Move this process into a mount namespace of its own, with every mount private (nothing it
     mounts propagates back to the host's namespace). When the probe dies, even by SIGKILL, the
     kernel drops the namespace and unmounts what it mounted there; its loop devices (autoclear)
@@ -77,17 +77,17 @@ def private_mounts():
     _check(_libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make the probe's mounts private")
 
 
-def umount(target, lazy=False):
+def umount(target: str, lazy: bool = False) -> None:
     _check(_libc.umount2(target.encode(), MNT_DETACH if lazy else 0), "umount %s" % target)
 
 
-def syncfs(fd):
+def syncfs(fd: int) -> None:
     _check(_libc.syncfs(fd), "syncfs")
 
 
-def punch_hole(fd, offset, length):
+def punch_hole(fd: int, offset: int, length: int) -> None:
     _check(_libc.fallocate(fd, FALLOC_PUNCH, offset, length), "punch hole")
 
 
-def now():
+def now() -> float:
     return time.monotonic()

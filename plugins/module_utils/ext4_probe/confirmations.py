@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..ext4_parsers.common import CONFIRMATION_PROBES
 from ..ext4_parsers.mounts import NEGATIONS, mount_option_map
@@ -18,30 +19,36 @@ from .base import MiB, PAYLOAD, ProbeError, now
 from .loops import Mounted
 from .replica import copy_sparse
 
+if TYPE_CHECKING:
+    from .image_cache import Images
+    from .scratch_dir import Scratch
 
-def with_options(options, add, drop=()):
+Entry = Dict[str, Any]  # a confirmation's result (Confirmations.entry's keys)
+
+
+def with_options(options: Iterable[str], add: Iterable[str], drop: Iterable[str] = ()) -> List[str]:
     """The host's options with `add` forced on and the opposite spellings (and `drop`) removed."""
-    def name(option):
+    def name(option: str) -> str:
         return NEGATIONS.get(option, option).split("=")[0]
     names = set(name(o) for o in add) | set(drop)
     kept = [o for o in options if name(o) not in names]
     return kept + list(add)
 
 
-def percentile(values, q):
+def percentile(values: Iterable[float], q: float) -> Optional[float]:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None
 
 
-def timed(func, *args):
+def timed(func: Callable[..., Any], *args: Any) -> float:
     start = time.perf_counter()
     func(*args)
     return time.perf_counter() - start
 
 
-def rename_workload(mnt, size=4 * MiB, iterations=12):
+def rename_workload(mnt: str, size: int = 4 * MiB, iterations: int = 12) -> Optional[float]:
     """Seed 000: write a file, then rename a freshly written one over it; the rename's latency."""
-    latencies = []
+    latencies = []  # type: List[float]
     for i in range(iterations):
         for name in ("victim", "new"):
             with open(os.path.join(mnt, name), "wb") as handle:
@@ -51,7 +58,7 @@ def rename_workload(mnt, size=4 * MiB, iterations=12):
     return percentile(latencies, 0.5)
 
 
-def writeback_workload(mnt, size=16 * MiB):
+def writeback_workload(mnt: str, size: int = 16 * MiB) -> float:
     """Seed 001: buffered writes, then one fsync; the whole time (cost of the write-back)."""
     start = time.perf_counter()
     fd = os.open(os.path.join(mnt, "bulk"), os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644)
@@ -64,9 +71,9 @@ def writeback_workload(mnt, size=16 * MiB):
     return time.perf_counter() - start
 
 
-def xattr_workload(mnt, files=1500):
+def xattr_workload(mnt: str, files: int = 1500) -> Dict[str, Optional[float]]:
     """Seed 003: two 64-byte user xattrs per file; p99 and p50 of setxattr latency."""
-    latencies = []
+    latencies = []  # type: List[float]
     value = b"x" * 64
     for i in range(files):
         path = os.path.join(mnt, "x%d" % i)
@@ -76,7 +83,7 @@ def xattr_workload(mnt, files=1500):
     return {"p50": percentile(latencies, 0.5), "p99": percentile(latencies, 0.99)}
 
 
-def existing_entry(mountpoint):
+def existing_entry(mountpoint: str) -> str:
     """A path that exists inside the mount (a directory if there is one). Not the mount point
     itself: mkdir on that is answered by the parent filesystem and never reaches the network."""
     with os.scandir(mountpoint) as entries:
@@ -86,9 +93,9 @@ def existing_entry(mountpoint):
     return os.path.join(mountpoint, names[0][1])
 
 
-def mkdir_existing_latency(path, iterations=200):
+def mkdir_existing_latency(path: str, iterations: int = 200) -> Optional[float]:
     """Seed 002: mkdir on a path that exists: EEXIST, never a change."""
-    latencies = []
+    latencies = []  # type: List[float]
     for _unused in range(iterations):
         start = time.perf_counter()
         try:
@@ -112,11 +119,11 @@ def mkdir_latency_child(path: str) -> float:
     return float(out.stdout)
 
 
-def paired(risky_samples, safe_samples):
+def paired(risky_samples: Sequence[float], safe_samples: Sequence[float]) -> Tuple[Optional[float], Optional[List[float]]]:
     ratios = [r / s for r, s in zip(risky_samples, safe_samples) if s]
     if not ratios:
         return None, None
-    return round(percentile(ratios, 0.5), 4), [round(min(ratios), 4), round(max(ratios), 4)]
+    return round(percentile(ratios, 0.5), 4), [round(min(ratios), 4), round(max(ratios), 4)]  # type: ignore[arg-type]  # ratios is not empty
 
 
 class Confirmations:
@@ -134,8 +141,9 @@ class Confirmations:
     RISKY_OPTIONS = {"rename_over_existing": ("data=ordered", "delalloc", "auto_da_alloc"),
                      "buffered_write_fsync": ("dioread_nolock", "nodelalloc")}
 
-    def __init__(self, scratch, images, netfs, repetitions, deadline, scope="all", mountpoint=None,
-                 named_options=False):
+    def __init__(self, scratch: "Scratch", images: "Images", netfs: List[Dict[str, Any]], repetitions: int,
+                 deadline: float, scope: str = "all", mountpoint: Optional[str] = None,
+                 named_options: bool = False) -> None:
         """scope: one of CONFIRM_SCOPES; mountpoint: the filesystem replicated; named_options: the
         replica mounts the job's option set, not the host's (both for a skipped entry's reason)."""
         self.scratch, self.images = scratch, images
@@ -146,22 +154,23 @@ class Confirmations:
         self.replica = "the replica of %s%s" % (mountpoint, " with the job's mount options" if named_options else "")
         self.options = images.options
 
-    def entry(self, probe_id, metric, risky_label, risky_options, safe_label, safe_options):
+    def entry(self, probe_id: str, metric: str, risky_label: str, risky_options: List[str], safe_label: str,
+              safe_options: List[str]) -> Entry:
         return {"id": probe_id, "seed": self.SEEDS[probe_id], "status": "measured", "reason": None, "metric": metric,
                 "unit": "s", "mountpoint": None, "repetitions": 0, "ratio": None, "ratio_spread": None,
                 "risky": {"label": risky_label, "options": ",".join(risky_options), "samples": []},
                 "safe": {"label": safe_label, "options": ",".join(safe_options), "samples": []}}
 
-    def skipped(self, probe_id, reason):
+    def skipped(self, probe_id: str, reason: str) -> Entry:
         """A probe that measured nothing, with the keys of a measured entry."""
         return {"id": probe_id, "seed": self.SEEDS[probe_id], "status": "skipped", "reason": reason, "metric": None,
                 "unit": "s", "mountpoint": None, "repetitions": 0, "ratio": None, "ratio_spread": None,
                 "risky": None, "safe": None}
 
-    def risky_options(self, probe_id):
+    def risky_options(self, probe_id: str) -> List[str]:
         return with_options(self.options, self.RISKY_OPTIONS[probe_id])
 
-    def not_in_effect(self, probe_id):
+    def not_in_effect(self, probe_id: str) -> List[str]:
         """The options probe_id's risky side adds that the replica does not have in effect
         (compared as the kernel reads them: nodelalloc is delalloc off); [] for its own configuration."""
         in_effect = mount_option_map(self.options)
@@ -169,9 +178,10 @@ class Confirmations:
                 if any(in_effect.get(name) != value
                        for name, value in mount_option_map([option]).items())]
 
-    def compare(self, entry, risky, safe, workload, pick=lambda v: v):
+    def compare(self, entry: Entry, risky: Tuple[Dict[str, Any], List[str]], safe: Tuple[Dict[str, Any], List[str]],
+                workload: Callable[[str], Any], pick: Callable[[Any], float] = lambda v: v) -> Entry:
         """risky/safe: (mkfs dict, options); each repetition measures both on fresh copies."""
-        raw = {"risky": [], "safe": []}
+        raw = {"risky": [], "safe": []}  # type: Dict[str, List[Any]]
         run_image = self.scratch.path("runs", "confirm.img")
         try:
             for _unused in range(self.repetitions):
@@ -200,7 +210,7 @@ class Confirmations:
                                    for q in raw["risky"][0])
         return entry
 
-    def journalled(self, entry):
+    def journalled(self, entry: Entry) -> Dict[str, Any]:
         """The replica's mkfs settings, with a journal if it has none (data= needs one)."""
         mkfs = dict(self.images.mkfs)
         if not mkfs.get("journal_bytes"):
@@ -209,7 +219,7 @@ class Confirmations:
             entry["replica_note"] = "the host's filesystem has no journal; the replica got a 64 MiB one"
         return mkfs
 
-    def rename_over_existing(self):
+    def rename_over_existing(self) -> Entry:
         risky = self.risky_options("rename_over_existing")
         safe = with_options(risky, ["noauto_da_alloc"])
         entry = self.entry("rename_over_existing", "rename(2) over a freshly written file, p50",
@@ -217,7 +227,7 @@ class Confirmations:
         mkfs = self.journalled(entry)
         return self.compare(entry, (mkfs, risky), (mkfs, safe), rename_workload)
 
-    def buffered_write_fsync(self):
+    def buffered_write_fsync(self) -> Entry:
         changed = self.RISKY_OPTIONS["buffered_write_fsync"]
         risky = self.risky_options("buffered_write_fsync")
         safe = with_options(risky, ["delalloc"])
@@ -226,7 +236,7 @@ class Confirmations:
         mkfs = self.journalled(entry)
         return self.compare(entry, (mkfs, risky), (mkfs, safe), writeback_workload)
 
-    def xattr_set(self):
+    def xattr_set(self) -> Entry:
         host = dict(self.images.mkfs)
         safe = dict(host, journal_bytes=1 << 30, inode_size=256)
         label = "journal %s, inode %s" % (
@@ -237,10 +247,10 @@ class Confirmations:
         return self.compare(entry, (host, self.options), (safe, self.options), xattr_workload,
                             pick=lambda v: v["p99"])
 
-    def netfs_mkdir_existing(self):
+    def netfs_mkdir_existing(self) -> List[Entry]:
         """One entry per network mount. The timing runs in a child process with a timeout,
         so a hung server cannot hang the probe; the local side is a scratch ext4 mount."""
-        entries = []
+        entries = []  # type: List[Entry]
         run_image = self.scratch.path("runs", "confirm.img")
         for netfs in self.netfs:
             path = netfs["mountpoint"]
@@ -273,8 +283,8 @@ class Confirmations:
             entries.append(self.skipped("netfs_mkdir_existing", "no network filesystem is mounted on this host"))
         return entries
 
-    def run(self, wanted, progress):
-        results = []
+    def run(self, wanted: Iterable[str], progress: Callable[[str], None]) -> List[Entry]:
+        results = []  # type: List[Entry]
         for probe_id in wanted:
             if probe_id not in self.PROBES:
                 results.append({"id": probe_id, "status": "error", "reason": "unknown confirmation probe"})

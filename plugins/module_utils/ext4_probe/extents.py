@@ -9,6 +9,7 @@ __metaclass__ = type
 
 import fcntl
 import struct
+from typing import Any, Dict, List, Tuple
 
 
 # linux/fs.h, linux/fiemap.h
@@ -19,9 +20,9 @@ FIEMAP_HEADER = struct.Struct("=QQIIII")
 FIEMAP_EXTENT = struct.Struct("=QQQQQI12x")
 
 
-def fiemap(fd, max_extents=512):
+def fiemap(fd: int, max_extents: int = 512) -> List[Tuple[int, int, int]]:
     """The file's extents as (logical, physical, length) in bytes, via FS_IOC_FIEMAP."""
-    extents, start = [], 0
+    extents, start = [], 0  # type: List[Tuple[int, int, int]], int
     while True:
         request = bytearray(FIEMAP_HEADER.size + FIEMAP_EXTENT.size * max_extents)
         FIEMAP_HEADER.pack_into(request, 0, start, (1 << 64) - 1 - start, FIEMAP_FLAG_SYNC, 0, max_extents, 0)
@@ -38,7 +39,7 @@ def fiemap(fd, max_extents=512):
         start = extents[-1][0] + extents[-1][2]
 
 
-def extent_metrics(extents, block_size):
+def extent_metrics(extents: List[Tuple[int, int, int]], block_size: int) -> Dict[str, Any]:
     """d-span (bytes from the first to the last physical byte), extent count, and the
     Smith-Seltzer layout score: the share of blocks placed right after the file's previous block."""
     if not extents:

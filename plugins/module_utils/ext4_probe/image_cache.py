@@ -13,12 +13,16 @@ import os
 import stat
 import subprocess
 import sys
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .base import DIRECTORY, now
 from .layouts import fragment
 from .loops import Mounted
 from .replica import build_options, content_digest, mkfs_argv, run_tool
 from .scratch_dir import remove_tree
+
+if TYPE_CHECKING:
+    from .scratch_dir import Scratch
 
 
 CACHE_FORMAT = 1  # what a cache entry is; raise it when that changes
@@ -43,7 +47,7 @@ def code_digest() -> str:
     for name in sorted(n for n in sys.modules if n == package or n.startswith(package + ".")):
         module = sys.modules[name]
         digest.update(b"%s\n" % name[len(package):].encode())
-        digest.update(module.__loader__.get_data(module.__file__))
+        digest.update(module.__loader__.get_data(module.__file__))  # type: ignore[union-attr]  # a file loader or a zipimporter: both have get_data
     return digest.hexdigest()
 
 
@@ -60,15 +64,15 @@ class Images:
     rebuilt, and `rejected` says why. The checked image stays open; the runs copy it through
     that descriptor, so what was checked is what they copy."""
 
-    def __init__(self, scratch, mkfs, options):
+    def __init__(self, scratch: "Scratch", mkfs: Dict[str, Any], options: List[str]) -> None:
         self.scratch, self.mkfs, self.options = scratch, mkfs, options
         self.cache_fd = os.open("cache", DIRECTORY, dir_fd=scratch.fd)
         self.environment = build_environment()
-        self.held = {}  # entry name -> the checked image's open descriptor
-        self.layouts, self.rejected = {}, []
+        self.held = {}  # type: Dict[str, int]  # entry name -> the checked image's open descriptor
+        self.layouts, self.rejected = {}, []  # type: Dict[str, Any], List[str]
         self.built, self.reused, self.seconds = 0, 0, 0.0
 
-    def get(self, disk_size, used_ratio, layout, mkfs=None):
+    def get(self, disk_size: int, used_ratio: float, layout: int, mkfs: Optional[Dict[str, Any]] = None) -> str:
         mkfs = mkfs or self.mkfs
         options = build_options(self.options)
         inputs = dict(self.environment, disk_size=disk_size, used_ratio=used_ratio, layout=layout, mkfs=mkfs,
@@ -88,7 +92,7 @@ class Images:
             self.seconds += now() - start
         return "/proc/%d/fd/%d" % (os.getpid(), self.held[name])
 
-    def _checked(self, name, inputs):
+    def _checked(self, name: str, inputs: Dict[str, Any]) -> Tuple[Optional[int], Any]:
         """(open image, its record) if the entry is there and checks out, else (None, None)."""
         try:
             fd = os.open(name + ".img", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self.cache_fd)
@@ -114,7 +118,7 @@ class Images:
         return fd, record
 
     @staticmethod
-    def _foreign(fd, size):
+    def _foreign(fd: int, size: Optional[int]) -> Optional[str]:
         """Why an open cache file is not one the probe made, or None."""
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -126,7 +130,7 @@ class Images:
             return "%d bytes, not %d" % (st.st_size, size)
         return None
 
-    def _record(self, name):
+    def _record(self, name: str) -> Any:
         try:
             fd = os.open(name + ".json", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self.cache_fd)
         except OSError:
@@ -143,15 +147,16 @@ class Images:
             return None
         return record if isinstance(record, dict) else None
 
-    def _reject(self, name, why):
+    def _reject(self, name: str, why: str) -> None:
         self.rejected.append("cache/%s.img: %s; rebuilt" % (name, why))
         self._remove(name)
 
-    def _remove(self, name):
+    def _remove(self, name: str) -> None:
         for suffix in (".img", ".json", ".img.new", ".json.new"):
             remove_tree(self.cache_fd, name + suffix)
 
-    def _build(self, name, inputs, disk_size, used_ratio, layout, mkfs, options):
+    def _build(self, name: str, inputs: Dict[str, Any], disk_size: int, used_ratio: float, layout: int,
+               mkfs: Dict[str, Any], options: List[str]) -> Tuple[int, Dict[str, Any]]:
         self._remove(name)
         fd = os.open(name + ".img.new", os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                      dir_fd=self.cache_fd)
@@ -159,7 +164,7 @@ class Images:
             os.fchmod(fd, 0o600)  # whatever the umask
             os.ftruncate(fd, disk_size)
             run_tool(mkfs_argv(mkfs, disk_size, self.scratch.path("cache", name + ".img.new")), "mke2fs")
-            record = {"inputs": inputs, "layout": None}
+            record = {"inputs": inputs, "layout": None}  # type: Dict[str, Any]
             if used_ratio or layout != 6:
                 with Mounted(self.scratch.path("cache", name + ".img.new"), self.scratch.path("mnt", "build"),
                              options) as mnt:
@@ -191,7 +196,7 @@ class Images:
         self.scratch.check_cap()
         return fd, record
 
-    def prune(self):
+    def prune(self) -> None:
         """Remove the entries this run did not use (other settings, another kernel or code):
         the cache holds what the last run needed, no more."""
         kept = set(name + suffix for name in self.held for suffix in (".img", ".json"))
@@ -199,7 +204,7 @@ class Images:
             if entry not in kept:
                 remove_tree(self.cache_fd, entry)
 
-    def close(self):
+    def close(self) -> None:
         for fd in list(self.held.values()) + [self.cache_fd]:
             os.close(fd)
         self.held = {}

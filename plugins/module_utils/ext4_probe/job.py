@@ -21,6 +21,7 @@ import signal
 import sys
 import tempfile
 import time
+from typing import Any, Callable, Dict, List, NoReturn, Optional
 
 from ..ext4_parsers.common import CONFIRM_SCOPES, PROBE_RESULT_SCHEMA
 from .allocator import Allocator
@@ -39,7 +40,7 @@ EXIT_CODES = {"ok": 0, "partial": 0, "error": 1, "refused": 4}  # by result stat
 REFUSED_EXIT = EXIT_CODES["refused"]
 
 
-def load_job(path):
+def load_job(path: str) -> Dict[str, Any]:
     with open(path, encoding="utf-8") as handle:
         job = json.load(handle)
     if not isinstance(job, dict) or job.get("schema") != JOB_SCHEMA:
@@ -53,7 +54,8 @@ def load_job(path):
     return job
 
 
-def probe_with(result, scratch, images, job, mkfs, options, adjustments, started, progress):
+def probe_with(result: Dict[str, Any], scratch: Scratch, images: Images, job: Dict[str, Any], mkfs: Dict[str, Any],
+               options: List[str], adjustments: List[str], started: float, progress: Callable[[str], None]) -> None:
     """The replica's mount options (those this kernel takes, tried on a copy so the cached image
     stays as built), the sweep and the confirmation probes, into the result as they are done."""
     check_image = scratch.path("runs", "check.img")
@@ -82,7 +84,7 @@ def probe_with(result, scratch, images, job, mkfs, options, adjustments, started
     result["confirmations"] = confirmations.run(job.get("confirmations") or [], progress)
 
 
-def run_job(job, progress):
+def run_job(job: Dict[str, Any], progress: Callable[[str], None]) -> Dict[str, Any]:
     started_wall, started = time.time(), now()
     result = {"schema": RESULT_SCHEMA, "status": "error", "reason": None, "kernel": os.uname().release,
               "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started_wall)),
@@ -134,7 +136,7 @@ def run_job(job, progress):
     return result
 
 
-def peak_rss():
+def peak_rss() -> Optional[int]:
     """This process's own high-water RSS (VmHWM). getrusage's ru_maxrss would carry over the
     parent's peak through fork and exec."""
     with open("/proc/self/status") as handle:
@@ -144,7 +146,7 @@ def peak_rss():
     return None
 
 
-def write_json_atomic(path, doc):
+def write_json_atomic(path: str, doc: Any) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     handle, tmp = tempfile.mkstemp(dir=folder, prefix=".probe-")
     with os.fdopen(handle, "w") as out:
@@ -158,11 +160,11 @@ class Progress:
     playbook reads that file while the probe runs (Ansible returns an async job's stderr only at
     its end). The file is in the playbook's own private temporary directory, beside job.json."""
 
-    def __init__(self, path):
+    def __init__(self, path: Optional[str]) -> None:
         self.fd = None if not path else os.open(
             path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
 
-    def __call__(self, text):
+    def __call__(self, text: str) -> None:
         line = "ext4_probe: " + text
         sys.stderr.write(line + "\n")
         sys.stderr.flush()
@@ -170,11 +172,11 @@ class Progress:
             os.write(self.fd, (line + "\n").encode("utf-8", "replace"))
 
 
-def _interrupt(signum, _frame):
+def _interrupt(signum: int, _frame: Any) -> NoReturn:
     raise Interrupted("signal %d" % signum)
 
 
-def main(argv):
+def main(argv: List[str]) -> int:
     if len(argv) == 3 and argv[0] == "run":
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, _interrupt)

@@ -10,6 +10,7 @@ __metaclass__ = type
 import math
 import os
 import random
+from typing import Dict, List
 
 from .base import punch_hole
 
@@ -18,11 +19,11 @@ from .base import punch_hole
 LAYOUTS = {1: (0.693, 1.0), 2: (1.910, 0.775), 3: (2.442, 0.55), 4: (2.788, 0.325), 5: (3.045, 0.1)}
 
 
-def lognormal_cdf(x, meanlog, sdlog):
+def lognormal_cdf(x: float, meanlog: float, sdlog: float) -> float:
     return 0.0 if x <= 0 else 0.5 * math.erfc(-(math.log(x) - meanlog) / (sdlog * math.sqrt(2)))
 
 
-def hole_sizes(free_blocks, layout):
+def hole_sizes(free_blocks: int, layout: int) -> List[int]:
     """Hole sizes (blocks) for a FreeSpaceLayout, Chopper's distribution: log2 of a hole's size
     is lognormal, and bucket a's probability is the share of punched *bytes* in 2^a-block holes.
     Each hole is followed by one allocated separator block. Buckets larger than the disk give
@@ -52,7 +53,7 @@ def hole_sizes(free_blocks, layout):
     return sizes
 
 
-def fragment(mountpoint, layout, block_size):
+def fragment(mountpoint: str, layout: int, block_size: int) -> Dict[str, int]:
     """Fill 99% of the free space with one file, then punch the layout's holes into it."""
     vfs = os.statvfs(mountpoint)
     free_blocks = int(vfs.f_bavail * vfs.f_frsize * 0.99) // block_size

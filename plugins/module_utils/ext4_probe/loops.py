@@ -13,9 +13,13 @@ import fcntl
 import os
 import struct
 import time
+from typing import TYPE_CHECKING, Any, List, Tuple
 
 from ..ext4_parsers.mounts import parse_mountinfo
 from .base import ProbeError, mount, umount
+
+if TYPE_CHECKING:  # scratch_dir imports this module
+    from .scratch_dir import Scratch
 
 
 # linux/loop.h
@@ -25,7 +29,7 @@ LO_FLAGS_AUTOCLEAR = 4
 LOOP_INFO64 = struct.Struct("=5Q4I64s64s32s2Q")
 
 
-def loop_attach(image):
+def loop_attach(image: str) -> Tuple[str, int]:
     """Attach image to a free loop device with autoclear; returns (device path, open fd).
     The caller mounts, then closes the fd: from then on the mount holds the device, and the
     kernel detaches it at umount, or when a killed process's fd is closed."""
@@ -61,9 +65,9 @@ def loop_attach(image):
         os.close(ctl)
 
 
-def own_loop_devices(root):
+def own_loop_devices(root: str) -> List[str]:
     """Loop devices whose backing file is inside root (the only ones the probe may release)."""
-    found = []
+    found = []  # type: List[str]
     for entry in sorted(os.listdir("/sys/block")):
         try:
             with open("/sys/block/%s/loop/backing_file" % entry) as handle:
@@ -77,7 +81,7 @@ def own_loop_devices(root):
     return found
 
 
-def own_mounts(root):
+def own_mounts(root: str) -> List[str]:
     # newline="": a name with \r in it is not a line break (only \n is, and the kernel escapes it)
     with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape", newline="") as handle:
         mounts = parse_mountinfo(handle.read())
@@ -85,12 +89,12 @@ def own_mounts(root):
     return sorted(inside, key=len, reverse=True)  # deepest first
 
 
-def release_stale(scratch):
+def release_stale(scratch: "Scratch") -> List[str]:
     """Unmount, detach and delete what a killed run of ours left in the scratch directory.
     mountinfo and sysfs name them by the directory's real path; they are released through the
     probe's own descriptor path (Scratch.path), so a renamed or swapped path cannot redirect it."""
     root = scratch.real_path()
-    released = []
+    released = []  # type: List[str]
     for target in own_mounts(root):
         inside = scratch.path(target[len(root) + 1:])
         try:
@@ -115,10 +119,10 @@ def release_stale(scratch):
 class Mounted:
     """A scratch image attached to a loop device and mounted under the scratch directory."""
 
-    def __init__(self, image, target, options):
+    def __init__(self, image: str, target: str, options: List[str]) -> None:
         self.image, self.target, self.options = image, target, options
 
-    def __enter__(self):
+    def __enter__(self) -> "Mounted":
         os.makedirs(self.target, exist_ok=True)
         device, fd = loop_attach(self.image)
         try:
@@ -127,11 +131,11 @@ class Mounted:
             os.close(fd)  # autoclear: the mount now holds the device
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         umount(self.target)
 
 
-def mountable_options(image, target, options):
+def mountable_options(image: str, target: str, options: List[str]) -> Tuple[List[str], List[str]]:
     """The host's options that this kernel accepts on the scratch image, and those dropped.
     Tries them all at once first; only on EINVAL does it test them one by one."""
     try:
@@ -140,7 +144,7 @@ def mountable_options(image, target, options):
     except OSError as exc:
         if exc.errno != errno.EINVAL:
             raise
-    kept, dropped = [], []
+    kept, dropped = [], []  # type: List[str], List[str]
     for option in options:
         try:
             with Mounted(image, target, kept + [option]):

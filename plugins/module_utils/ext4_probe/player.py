@@ -10,16 +10,21 @@ __metaclass__ = type
 
 import concurrent.futures
 import os
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from .base import DIRECTORY, PAYLOAD, ProbeError, ScratchFull, now, syncfs, umount
 from .extents import extent_metrics, fiemap
 from .loops import Mounted
 from .replica import copy_sparse
 
+if TYPE_CHECKING:
+    from .image_cache import Images
+    from .scratch_dir import Scratch
 
-def tree_path(node):
+
+def tree_path(node: int) -> str:
     """Chopper's directory tree: a complete binary tree, BFS ids, only levels >= 2 created."""
-    parts = []
+    parts = []  # type: List[str]
     while node >= 3:
         parts.append("dir.%d" % node)
         node = (node - 1) // 2
@@ -29,7 +34,7 @@ def tree_path(node):
 TREE = tuple(tree_path(node) for node in range(3, 31))  # made once: play() runs 256 times a sweep
 
 
-def file_dirs(file_count, span):
+def file_dirs(file_count: int, span: int) -> List[int]:
     """Files sit at evenly spaced places among dirs 3 .. 2+span (1 file: the last one)."""
     candidates = list(range(3, 3 + span))
     if file_count == 1:
@@ -37,7 +42,7 @@ def file_dirs(file_count, span):
     return [candidates[round(i * (len(candidates) - 1) / (file_count - 1))] for i in range(file_count)]
 
 
-def write_plan(treatment):
+def write_plan(treatment: Dict[str, Any]) -> List[List[Tuple[int, int]]]:
     """The writes of one file, in order: a list of passes, each a list of (offset, length)."""
     chunks, size, density = treatment["ChunkCount"], treatment["FileSize"], treatment["InternalDensity"]
     chunk = size // chunks
@@ -49,12 +54,12 @@ def write_plan(treatment):
     return [[(chunk * i, chunk) for i in order], [(chunk * i + chunk - tail, tail) for i in order]]
 
 
-def play(mountpoint, treatment, cpus, log=None):
+def play(mountpoint: str, treatment: Dict[str, Any], cpus: List[int], log: Optional[list] = None) -> List[str]:
     """Play one treatment; returns the file paths written. Two files are written interleaved,
     chunk by chunk; Fsync and Sync bitmaps apply in write order; a Sync bit closes the file
     and syncs the scratch filesystem (syncfs, not the whole machine). `log`, if a list, gets
     every file operation in order (the tests check them against Chopper's semantics)."""
-    record = log.append if log is not None else (lambda op: None)
+    record = log.append if log is not None else (lambda op: None)  # type: Callable[[Any], None]
     # Every file operation is relative to the mount's root, opened once: the mount point's path
     # goes through /proc/<pid>/fd (Scratch.path), which costs a lookup per use.
     root = os.open(mountpoint, DIRECTORY)
@@ -62,7 +67,7 @@ def play(mountpoint, treatment, cpus, log=None):
              for i, d in enumerate(file_dirs(treatment["FileCount"], treatment["DirectorySpan"]))]
     fsync_bits, sync_bits = treatment["Fsync"], treatment["Sync"]
     previous = os.sched_getaffinity(0)
-    fds = dict.fromkeys(names)
+    fds = dict.fromkeys(names)  # type: Dict[str, Any]  # name -> its descriptor while open
     try:
         for path in TREE:
             os.mkdir(path, dir_fd=root)
@@ -93,7 +98,7 @@ def play(mountpoint, treatment, cpus, log=None):
     return [os.path.join(mountpoint, name) for name in names]
 
 
-def measure_run(paths, block_size, file_size):
+def measure_run(paths: List[str], block_size: int, file_size: int) -> Dict[str, Any]:
     files = []
     for path in paths:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -116,32 +121,32 @@ class RunSlots:
     submission order, so a slot is set up again only after its last run was released; a run
     whose release failed stops the sweep (its mount would stay under the next)."""
 
-    def __init__(self, scratch, options, helper):
+    def __init__(self, scratch: "Scratch", options: List[str], helper: concurrent.futures.Executor) -> None:
         self.scratch, self.options, self.helper = scratch, options, helper
         self.paths = [(scratch.path("runs", "run%d.img" % k), scratch.path("mnt", "run%d" % k)) for k in (0, 1)]
         self.mounted = [False, False]
-        self.stuck = [None, None]  # a release that failed, per slot
-        self.pending = [None, None]
+        self.stuck = [None, None]  # type: List[Any]  # a release that failed (ProbeError), per slot
+        self.pending = [None, None]  # type: List[Optional[concurrent.futures.Future]]
 
-    def turn(self, slot, pristine, error=None):
+    def turn(self, slot: int, pristine: Optional[str], error: Optional[BaseException] = None) -> None:
         """Queue: release the slot's last run, then mount a fresh copy of `pristine` there (None:
         nothing). error: why the slot's next run has no image; ready() raises it."""
         self.pending[slot] = self.helper.submit(self._turn, slot, pristine, error)
 
-    def wait(self, slot):
+    def wait(self, slot: int) -> None:
         """Wait for the slot's queued turn; its error, if any, is raised here, in the sweep's thread."""
         pending, self.pending[slot] = self.pending[slot], None
         if pending is not None:
             pending.result()
 
-    def ready(self, slot):
+    def ready(self, slot: int) -> str:
         """The mount point of the slot's run, once it is set up (never a bare directory)."""
         self.wait(slot)
         if not self.mounted[slot]:
             raise ProbeError("run slot %d has no filesystem mounted" % slot)
         return self.paths[slot][1]
 
-    def _turn(self, slot, pristine, error):
+    def _turn(self, slot: int, pristine: Optional[str], error: Optional[BaseException]) -> None:
         image, target = self.paths[slot]
         if self.stuck[slot] is not None:  # never mount over it; Scratch's cleanup detaches it at the end
             if pristine is None and error is None:
@@ -152,7 +157,7 @@ class RunSlots:
                 umount(target)  # the loop device goes with it: autoclear
             except OSError as exc:
                 self.stuck[slot] = ProbeError("the run before it could not be released from %s: %s" % (
-                    os.path.join(self.scratch.real_path(), "mnt", "run%d" % slot), os.strerror(exc.errno)))
+                    os.path.join(self.scratch.real_path(), "mnt", "run%d" % slot), os.strerror(exc.errno)))  # type: ignore[arg-type]  # umount sets errno
                 raise self.stuck[slot]
             self.mounted[slot] = False
             os.unlink(image)
@@ -164,24 +169,25 @@ class RunSlots:
             copy_sparse(pristine, image)
             Mounted(image, target, self.options).__enter__()  # the next turn unmounts it
         except OSError as exc:
-            exc = self.scratch.full(exc)  # before the run image is freed
+            exc = self.scratch.full(exc)  # type: ignore[assignment]  # exc or ScratchFull, before the run image is freed
             if os.path.exists(image):
                 os.unlink(image)
             raise exc
         self.mounted[slot] = True
 
 
-def sweep(scratch, images, plan, deadline, progress):
+def sweep(scratch: "Scratch", images: "Images", plan: Dict[str, Any], deadline: float,
+          progress: Callable[[str], None]) -> Dict[str, Any]:
     """Every treatment of the plan on a fresh sparse copy of its pristine image (RunSlots: the
     copies are made, mounted and released in the background). The pristine images are got in
     this thread, so building one (a cold cache) never overlaps a run and its time stays out of
     runs_seconds."""
     cpus = sorted(os.sched_getaffinity(0))
-    runs, errors, stopped_by = [], [], None
+    runs, errors, stopped_by = [], [], None  # type: List[Dict[str, Any]], List[str], Optional[str]
     started = now()
     treatments = plan["treatments"]
 
-    def queue(slot, number):
+    def queue(slot: int, number: int) -> None:
         """Queue the set-up of the plan's run `number` (1-based; past the end: a release only)."""
         if number > len(treatments):
             return slots.turn(slot, None)
@@ -211,7 +217,7 @@ def sweep(scratch, images, plan, deadline, progress):
                     result["id"] = treatment["id"]
                     runs.append(result)
                 except (OSError, ProbeError) as exc:
-                    exc = scratch.full(exc)
+                    exc = scratch.full(exc)  # type: ignore[assignment]  # exc or ScratchFull
                     errors.append("treatment %s: %s" % (treatment["id"], exc))
                     if isinstance(exc, ProbeError) or len(errors) >= 5:
                         stopped_by = exc.what if isinstance(exc, ScratchFull) else "error"

@@ -12,6 +12,7 @@ import errno
 import hashlib
 import os
 import subprocess
+from typing import Any, Dict, Iterator, List, Tuple
 
 from .base import MiB, ProbeError
 
@@ -22,14 +23,14 @@ NOT_REPLAYED = ("ro", "rw", "norecovery", "noload", "dax", "journal_dev", "journ
                 "usrjquota", "grpjquota", "jqfmt", "test_dummy_encryption", "resuid", "resgid")
 
 
-def replica(filesystem):
+def replica(filesystem: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], List[str]]:
     """mke2fs arguments and mount options that replicate the audited filesystem.
 
     Returns (mkfs dict, mount option list, adjustments): what could not be replicated is
     said in adjustments, never silently changed."""
     sb = filesystem.get("superblock") or {}
     options = list(filesystem.get("options") or [])
-    adjustments = []
+    adjustments = []  # type: List[str]
     block_size = sb.get("block_size")
     if not block_size:
         try:
@@ -50,7 +51,7 @@ def replica(filesystem):
     return mkfs, replayed, adjustments
 
 
-def mkfs_argv(mkfs, disk_size, image):
+def mkfs_argv(mkfs: Dict[str, Any], disk_size: int, image: str) -> List[str]:
     argv = ["mke2fs", "-q", "-F", "-t", "ext4", "-b", str(mkfs["block_size"])]
     if mkfs.get("inode_size"):
         argv += ["-I", str(mkfs["inode_size"])]
@@ -68,7 +69,7 @@ def mkfs_argv(mkfs, disk_size, image):
     return argv
 
 
-def run_tool(argv, what):
+def run_tool(argv: List[str], what: str) -> None:
     env = dict(os.environ, LC_ALL="C")
     proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                           universal_newlines=True, timeout=120, check=False)
@@ -76,7 +77,7 @@ def run_tool(argv, what):
         raise ProbeError("%s failed (exit %d): %s" % (what, proc.returncode, proc.stdout.strip()[-500:]))
 
 
-def data_segments(fd, size):
+def data_segments(fd: int, size: int) -> Iterator[Tuple[int, int]]:
     """(start, end) of each data segment of a sparse file (SEEK_DATA/SEEK_HOLE)."""
     offset = 0
     while offset < size:
@@ -90,7 +91,7 @@ def data_segments(fd, size):
         yield data, offset
 
 
-def copy_sparse(source, target):
+def copy_sparse(source: str, target: str) -> None:
     """Copy only the data segments: a fresh sparse copy in milliseconds."""
     with open(source, "rb") as src, open(target, "wb") as dst:
         size = os.fstat(src.fileno()).st_size
@@ -104,7 +105,7 @@ def copy_sparse(source, target):
                 todo, pos = todo - done, pos + done
 
 
-def content_digest(fd):
+def content_digest(fd: int) -> str:
     """sha256 of a sparse file: its size, and each data segment's place and bytes."""
     digest = hashlib.sha256()
     size = os.fstat(fd).st_size
@@ -120,7 +121,7 @@ def content_digest(fd):
     return digest.hexdigest()
 
 
-def build_options(options):
+def build_options(options: List[str]) -> List[str]:
     """The mount options an image is built under: the host's, without `discard`. A discard
     per punched hole made building the replica of a discard-mounted filesystem 4.6x slower,
     and the free space it leaves is the same block for block (tests/integration/test_probe.py);

@@ -13,6 +13,7 @@ import fcntl
 import os
 import stat
 import time
+from typing import Any, List, Optional
 
 from .base import DIRECTORY, MiB, ProbeError, Refused, ScratchFull, _libc, now
 from .loops import release_stale
@@ -27,7 +28,7 @@ MARKER = ".ext4-audit-probe"  # a scratch directory without it is not ours: refu
 RENAME_NOREPLACE = 1  # linux/fs.h: renameat2 fails with EEXIST instead of replacing (an empty directory)
 
 
-def check_trusted(st, path):
+def check_trusted(st: os.stat_result, path: str) -> None:
     """A directory on the way to the scratch directory: only root may change what it names.
     Writable by others only with the sticky bit (as /dev/shm and /tmp: then nobody else can
     rename or remove what root made in it)."""
@@ -38,7 +39,7 @@ def check_trusted(st, path):
                       % (path, stat.S_IMODE(st.st_mode)))
 
 
-def open_directory(dir_fd, name, path):
+def open_directory(dir_fd: int, name: str, path: str) -> int:
     """dir_fd/name opened as a directory without following a symlink (FileNotFoundError if
     there is nothing); Refused says what is there instead of a directory."""
     try:
@@ -52,7 +53,7 @@ def open_directory(dir_fd, name, path):
     raise Refused("%s is not a directory" % path)
 
 
-def open_parent(path):
+def open_parent(path: str) -> int:
     """The scratch directory's parent, opened from / one checked component at a time."""
     fd = os.open("/", DIRECTORY)
     where = "/"
@@ -73,7 +74,7 @@ def open_parent(path):
         raise
 
 
-def remove_tree(dir_fd, name):
+def remove_tree(dir_fd: int, name: str) -> None:
     """Remove dir_fd/name and everything below it by descriptor: no symlink followed, no path
     that could be swapped, no crossing into a mount still there (its rmdir fails instead)."""
     try:
@@ -106,14 +107,14 @@ class Scratch:
     The marker is also the lock: flock on it for the whole run, the holder's pid in it. A second
     probe waits up to lock_wait_s for it, then is refused with that pid."""
 
-    def __init__(self, root, cap_bytes, keep_cache=False, lock_wait_s=0):
+    def __init__(self, root: str, cap_bytes: int, keep_cache: bool = False, lock_wait_s: float = 0) -> None:
         self.root = os.path.normpath(root)
         self.cap, self.keep_cache, self.lock_wait_s = cap_bytes, keep_cache, lock_wait_s
-        self.parent_fd = self.fd = self.lock_fd = None
+        self.parent_fd = self.fd = self.lock_fd = None  # type: Any  # descriptors (int) while entered
         self.peak = 0
-        self.released = []
+        self.released = []  # type: List[str]
 
-    def __enter__(self):
+    def __enter__(self) -> "Scratch":
         if not os.path.isabs(self.root) or self.root == "/":
             raise Refused("scratch directory %s is not an absolute path below /" % self.root)
         parent, self.name = os.path.split(self.root)
@@ -139,7 +140,7 @@ class Scratch:
             raise
         return self
 
-    def _open_and_lock(self, deadline):
+    def _open_and_lock(self, deadline: float) -> bool:
         """Open (or make) the directory, check it is the probe's and lock it; False when the
         previous holder removed it meanwhile."""
         try:
@@ -179,7 +180,7 @@ class Scratch:
         os.pwrite(self.lock_fd, b"%d\n" % os.getpid(), 0)
         return True
 
-    def _create(self):
+    def _create(self) -> Optional[int]:
         """A new scratch directory with its marker, renamed into place; None when another probe
         put one there first."""
         renameat2 = getattr(_libc, "renameat2", None)
@@ -201,7 +202,7 @@ class Scratch:
             return None
         raise OSError(err, "rename into %s: %s" % (self.root, os.strerror(err)))
 
-    def _close(self, keep_parent=False):
+    def _close(self, keep_parent: bool = False) -> None:
         for fd in (self.lock_fd, self.fd) + (() if keep_parent else (self.parent_fd,)):
             if fd is not None:
                 os.close(fd)
@@ -209,7 +210,7 @@ class Scratch:
         if not keep_parent:
             self.parent_fd = None
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> None:
         try:
             try:
                 release_stale(self)
@@ -227,7 +228,7 @@ class Scratch:
         finally:
             self._close()
 
-    def replaced(self):
+    def replaced(self) -> Optional[str]:
         """What the scratch path names now if it is no longer the directory held, else None."""
         try:
             st = os.stat(self.name, dir_fd=self.parent_fd, follow_symlinks=False)
@@ -238,14 +239,14 @@ class Scratch:
             return None
         return "it is now a symbolic link" if stat.S_ISLNK(st.st_mode) else "it is now another file"
 
-    def real_path(self):
+    def real_path(self) -> str:
         """Where the held directory is now (mountinfo and sysfs name its mounts and loops so)."""
         return os.readlink("/proc/self/fd/%d" % self.fd)
 
-    def path(self, *parts):
+    def path(self, *parts: str) -> str:
         return os.path.join(self.fd_path, *parts)
 
-    def used(self):
+    def used(self) -> int:
         """Bytes allocated to files in the directory. The runs' mounted filesystems are not
         walked: their files live inside run images already counted."""
         total = 0
@@ -260,12 +261,12 @@ class Scratch:
         self.peak = max(self.peak, total)
         return total
 
-    def check_cap(self):
+    def check_cap(self) -> None:
         used = self.used()
         if used > self.cap:
             raise ScratchFull("scratch space cap reached: %d MiB used of %d MiB" % (used // MiB, self.cap // MiB))
 
-    def full(self, exc):
+    def full(self, exc: BaseException) -> BaseException:
         """exc as a ScratchFull when the scratch filesystem ran out of space, else exc itself.
         ENOSPC says so directly; a tool (mke2fs) or a scratch mount (a loop write failing with
         EIO) only shows it by the filesystem having (almost) nothing left."""
@@ -282,7 +283,7 @@ class Scratch:
         return exc
 
 
-def preflight(parent_fd, parent, cap_bytes):
+def preflight(parent_fd: int, parent: str, cap_bytes: int) -> None:
     """Enough free memory and space for the cap, before anything is made."""
     vfs = os.statvfs(parent_fd)
     free = vfs.f_bavail * vfs.f_frsize
