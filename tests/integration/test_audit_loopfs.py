@@ -122,8 +122,8 @@ def test_audit_finds_exactly_the_expected_rules(fleet, tmp_path):
 
     # Every JSON file of the run matches its published schema (schemas/, ext4audit/model/contract.py).
     checked = check_run_against_schemas(runs[0])
-    assert set(checked.values()) == {"summary.json", "findings-index.json", "host-report.json", "facts-record.json",
-                                     "play-hosts.json"}, checked
+    assert set(checked.values()) == {"summary.json", "findings-index.json", "host-report.json", "host-report-shared.json",
+                                     "facts-record.json", "play-hosts.json"}, checked
 
     # The audit changed nothing: same mounts, same superblocks.
     assert mount_snapshot() == before
