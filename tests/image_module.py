@@ -4,6 +4,9 @@ directly takes them (module_utils/_internal/_debugging.py: the JSON as the first
 which is what makes a run over the whole e2fsprogs corpus affordable.
 
     python tests/image_module.py '{"image": "/path/disk.raw"}'   # prints the module's JSON result
+
+Another module of library/ that imports the collection's module_utils is run the same way with
+run_module (tests/integration/test_probe_run_module.py: ext4_probe_run).
 """
 
 import json
@@ -14,15 +17,19 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def main(args_json):
+def main(args_json: str) -> None:
+    run_module("ext4_image_facts", json.dumps({"ANSIBLE_MODULE_ARGS": json.loads(args_json)}))
+
+
+def run_module(name: str, args: str) -> None:
+    """Run library/<name>.py with args as ansible-core's direct run takes them: the JSON of
+    {"ANSIBLE_MODULE_ARGS": ...}, or the path of a file that holds it."""
     sys.path.insert(0, ROOT)
     from ext4audit.parsers import capped_command, disk_formats, ext4_parsers, kernel_version, own_folders
 
-    for module in (capped_command, disk_formats, ext4_parsers, kernel_version, own_folders):
-        name = module.__name__.rsplit(".", 1)[1]
-        sys.modules["ansible_collections.ext4audit.fleet.plugins.module_utils." + name] = module
-    sys.argv = [os.path.join(ROOT, "library", "ext4_image_facts.py"),
-                json.dumps({"ANSIBLE_MODULE_ARGS": json.loads(args_json)})]
+    for util in (capped_command, disk_formats, ext4_parsers, kernel_version, own_folders):
+        sys.modules["ansible_collections.ext4audit.fleet.plugins.module_utils." + util.__name__.rsplit(".", 1)[1]] = util
+    sys.argv = [os.path.join(ROOT, "library", name + ".py"), args]
     runpy.run_path(sys.argv[0], run_name="__main__")
 
 

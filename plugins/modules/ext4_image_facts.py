@@ -144,7 +144,7 @@ ext4_image_facts:
           returned: always
           type: str
         os_release:
-          description: ID, ID_LIKE, VERSION_ID and PRETTY_NAME of the image's C(/etc/os-release), those present.
+          description: ID, ID_LIKE, VERSION_ID, PRETTY_NAME, IMAGE_ID and IMAGE_VERSION of the image's C(/etc/os-release), those present.
           returned: always
           type: dict
         page_size:
@@ -743,7 +743,8 @@ from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers impor
     EXT4_DRIVER_TYPES, FACTS_SCHEMA, NETFS_TYPES, ParseError, ext_fstype, fstab_drift, fstab_long_line,
     fstab_mount_tokens, fstab_not_audited, fstab_spec_target, has_ext_magic, infer_options, option_map,
     parse_bzimage_version, parse_debugfs_fast_link, parse_debugfs_ls,
-    parse_dpkg_status, parse_dumpe2fs, parse_dumpe2fs_identity, parse_fstab, parse_grub_first_kernel, parse_os_release,
+    os_release_kept, parse_dpkg_status, parse_dumpe2fs, parse_dumpe2fs_identity, parse_fstab, parse_grub_first_kernel,
+    parse_os_release,
     parse_build_info, image_identity, parse_partition_table, plain_image_path, release_sort_key,
 )
 from ansible_collections.ext4audit.fleet.plugins.module_utils.capped_command import CommandTimeout, run_capped
@@ -853,7 +854,7 @@ class ImageReader:
         # the budget cuts a command short: then the budget, not the command, is what ran out
         by_budget, timeout = left < timeout, min(timeout, left)
         try:
-            return run_capped(argv, dict(os.environ, **ENV), limit, STDERR_KEPT, timeout, drain)
+            return run_capped(self.module, argv, limit, STDERR_KEPT, timeout, drain, environ_update=ENV)
         except CommandTimeout:
             raise self.too_slow(argv, timeout, by_budget) from None
 
@@ -935,12 +936,8 @@ class ImageReader:
                                "notes": [e["reason"] for e in self.errors if e["where"] == "kernel"]
                                or ["no kernel could be read from the image"],
                                "proc_version": None, "version_signature": None,
-                               "os_release": self.os_release_subset(os_release), "page_size": 4096, "source": "image"}
+                               "os_release": os_release_kept(os_release), "page_size": 4096, "source": "image"}
         return facts
-
-    @staticmethod
-    def os_release_subset(os_release):
-        return dict((k, os_release[k]) for k in ("ID", "ID_LIKE", "VERSION_ID", "PRETTY_NAME") if k in os_release)
 
     def check_image(self, path):
         """The format (disk_formats.identify), after refusing what is not a readable regular image
@@ -1429,7 +1426,7 @@ class ImageReader:
         info.update({
             "proc_version": "Linux version " + chosen["version"],
             "version_signature": None,
-            "os_release": self.os_release_subset(os_release),
+            "os_release": os_release_kept(os_release),
             "page_size": 4096,  # x86, the only kernel format read here
             "source": "image",
         })

@@ -15,7 +15,6 @@ from conftest import ROOT, needs_root, run
 
 pytestmark = needs_root
 
-MODULE = os.path.join(ROOT, "plugins", "modules", "ext4_probe_run.py")
 CODE = os.path.join(ROOT, "roles", "chopper_probe", "files")
 AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 
@@ -27,8 +26,9 @@ def run_module(tmp_path, workdir, job):
             args[arg] = handle.read()
     args_file = tmp_path / "args.json"  # the code is larger than one command-line argument may be
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    proc = subprocess.run([sys.executable, MODULE, str(args_file)],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", "import image_module, sys; image_module.run_module('ext4_probe_run', sys.argv[1])",
+                           str(args_file)], cwd=os.path.join(ROOT, "tests"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          timeout=60)
     return json.loads(proc.stdout.decode())
 
 
