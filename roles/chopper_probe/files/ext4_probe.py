@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # -*- coding: utf-8 -*-
 """The ext4 probe: short Chopper-style sweeps (He et al., FAST '15), a diagnosis of the four
 allocator issues Chopper found, and confirmation probes, on scratch loop devices, on this host's
