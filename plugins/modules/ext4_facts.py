@@ -56,12 +56,9 @@ extends_documentation_fragment:
 """
 
 EXAMPLES = r"""
+# Later tasks read the fact: ansible_facts.ext4_facts.filesystems | map(attribute='mountpoint')
 - name: Read ext4 facts
   ext4audit.fleet.ext4_facts:
-
-- name: Show where the ext4 filesystems are mounted
-  ansible.builtin.debug:
-    msg: "{{ ansible_facts.ext4_facts.filesystems | map(attribute='mountpoint') | list }}"
 
 - name: Without dumpe2fs (no root)
   ext4audit.fleet.ext4_facts:
