@@ -54,11 +54,18 @@ def html_bytes(run):
 
 DIRECT = r"""
 import glob, json, os, sys, time, types
-from ext4audit import catalog, reports, writers
-from ext4audit.html import Writer
+from ext4audit.formats import writers
+from ext4audit.report import reports
+from ext4audit.rules import catalog
+from ext4audit.formats.html import Writer
 run, staging = sys.argv[1:3]
 summary = reports.read_json(os.path.join(run, "summary.json"), "summary")
-hosts = [reports.read_json(path, "host") for path in sorted(glob.glob(os.path.join(run, "hosts", "*.json")))]
+try:  # host reports in full (schema v2 refers to the run's shared file and facts records)
+    from ext4audit.report import host_report
+    read = host_report.Reader(run).read
+except ImportError:  # a checkout from before schema v2
+    read = lambda path: reports.read_json(path, "host")
+hosts = [read(path) for path in sorted(glob.glob(os.path.join(run, "hosts", "*.json")))]
 job = types.SimpleNamespace(fail_on="high", fail_on_new=False, catalog=catalog.load(), staging=staging, run_dir=run,
                             hosts=len(hosts), plotted=[], probes=None, plan=None, base=None)
 writer = Writer(job)

@@ -25,11 +25,18 @@ CHILD = r"""
 import glob, json, os, sys, time, types
 import xml.etree.ElementTree as ET
 sys.path.insert(0, os.getcwd())
-from ext4audit import catalog, reports, writers
-from ext4audit.junit import Writer
+from ext4audit.formats import writers
+from ext4audit.report import reports
+from ext4audit.rules import catalog
+from ext4audit.formats.junit import Writer
 run, staging, out_path = sys.argv[1:4]
 summary = reports.read_json(os.path.join(run, "summary.json"), "summary")
-hosts = [reports.read_json(path, "host") for path in sorted(glob.glob(os.path.join(run, "hosts", "*.json")))]
+try:  # host reports in full (schema v2 refers to the run's shared file and facts records)
+    from ext4audit.report import host_report
+    read = host_report.Reader(run).read
+except ImportError:  # a checkout from before schema v2
+    read = lambda path: reports.read_json(path, "host")
+hosts = [read(path) for path in sorted(glob.glob(os.path.join(run, "hosts", "*.json")))]
 job = types.SimpleNamespace(fail_on="high", catalog=catalog.load(), staging=staging)
 writer = Writer(job)
 start = time.process_time()

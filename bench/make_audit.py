@@ -35,8 +35,12 @@ def scratch_dir(tree):
 
 def forget_cache(tree, locked):
     if os.path.exists(scratch_dir(tree)):
-        probe = os.path.join(tree, "roles", "chopper_probe", "files", "ext4_probe.py")
-        subprocess.run(locked + [sys.executable, probe, "sweep-stale", scratch_dir(tree)], check=True)
+        # the checkout's probe: a script in older trees, a package (run from the tree's root) since
+        script = os.path.join(tree, "roles", "chopper_probe", "files", "ext4_probe.py")
+        job_main = ("import sys; from plugins.module_utils.ext4_probe.job import main; "
+                    "raise SystemExit(main(sys.argv[1:]))")
+        probe = [script] if os.path.exists(script) else ["-c", job_main]
+        subprocess.run(locked + [sys.executable] + probe + ["sweep-stale", scratch_dir(tree)], check=True, cwd=tree)
         subprocess.run(locked + ["rm", "-rf", "--one-file-system", scratch_dir(tree)], check=True)
 
 

@@ -66,7 +66,7 @@ def undocumented(value, doc, where):
 def rule_read_options():
     """Every ext4 option a rule reads: the opt.* fact paths in the catalog, and the options engine.py
     reads itself to derive facts (derived.mb_optimize_scan from opt["mb_optimize_scan"], ...)."""
-    from ext4audit import catalog
+    from ext4audit.rules import catalog
 
     names = set()
 
@@ -81,7 +81,7 @@ def rule_read_options():
 
     for rule in catalog.load().rules:
         walk(rule)
-    with open(os.path.join(ROOT, "ext4audit", "engine.py")) as handle:
+    with open(os.path.join(ROOT, "ext4audit", "rules", "engine.py")) as handle:
         names |= set(re.findall(r"\bopt(?:\.get\(|\[)\"(\w+)\"", handle.read()))
     return names
 
@@ -147,15 +147,23 @@ def load_json(path):
         return json.load(handle)
 
 
+def load_host_report(path):
+    """A run folder's hosts/<host>.json in full (either schema version: host_report.read)."""
+    from ext4audit.report import host_report
+    return host_report.read(str(path))
+
+
 def check_run_against_schemas(run_dir):
     """Validate every JSON file of a run folder against its published schema (schemas/, from
-    ext4audit/contract.py) with jsonschema; return {file relative to the run folder: schema file}."""
+    ext4audit/model/contract.py) with jsonschema; return {file relative to the run folder: schema file}."""
     import jsonschema  # only the tests that check a real run need it
-    from ext4audit import contract
+    from ext4audit.model import contract
 
     def schema_of(relative, doc):
         if relative in ("summary.json", "kernel_gate.json", "findings-index.json", "play-hosts.json"):
             return relative.replace("_", "-")
+        if relative == "host-reports-shared.json":
+            return "host-report-shared.json"
         folder = relative.split(os.sep)[0]
         if folder == "probe":
             return "probe-plan.json" if doc.get("schema") == contract.PROBE_PLAN_SCHEMA else "probe-record.json"
@@ -265,11 +273,11 @@ def sshfs_mount(sshd, tmp_path):
 
 def failing_rules(run_dir):
     """{host: sorted rule ids of its findings that fail the run's policy}, from a run folder."""
-    from ext4audit import reports
+    from ext4audit.report import reports
     summary = load_json(os.path.join(str(run_dir), "summary.json"))
     failing = {}
     for path in sorted(glob.glob(os.path.join(str(run_dir), "hosts", "*.json"))):
-        report = load_json(path)
+        report = load_host_report(path)
         rules = sorted(set(f["rule"] for f in report["findings"] if reports.failing(f, summary["policy"]["fail_on"])))
         if rules:
             failing[report["host"]] = rules
@@ -281,10 +289,10 @@ def upgradable_data_corruption(run_dir):
     lacks a data-corruption fix of the kernel's CNA records (rules/kernel_cna_records.json) that a
     later release of its own branch has and that is relevant to its filesystems: what the default
     policy fails on a real Debian kernel (records with no fix in the branch are low by default)."""
-    from ext4audit import kernel_records
+    from ext4audit.rules import kernel_records
     records, expected = kernel_records.load(), {}
     for path in sorted(glob.glob(os.path.join(str(run_dir), "hosts", "*.json"))):
-        report = load_json(path)
+        report = load_host_report(path)
         items = kernel_records.open_records(records, report["kernel"]) or []
         in_use = kernel_records.FeaturesInUse(report["filesystems"])
         if any(item["class"] == "data corruption" and item["action"] == "upgrade"

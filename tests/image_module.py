@@ -9,6 +9,7 @@ Another module of library/ that imports the collection's module_utils is run the
 run_module (tests/integration/test_probe_run_module.py: ext4_probe_run).
 """
 
+import importlib
 import json
 import os
 import runpy
@@ -25,10 +26,13 @@ def run_module(name: str, args: str) -> None:
     """Run library/<name>.py with args as ansible-core's direct run takes them: the JSON of
     {"ANSIBLE_MODULE_ARGS": ...}, or the path of a file that holds it."""
     sys.path.insert(0, ROOT)
-    from ext4audit.parsers import capped_command, disk_formats, ext4_parsers, kernel_version, own_folders
-
-    for util in (capped_command, disk_formats, ext4_parsers, kernel_version, own_folders):
-        sys.modules["ansible_collections.ext4audit.fleet.plugins.module_utils." + util.__name__.rsplit(".", 1)[1]] = util
+    # the modules' imports (ext4_image_facts', and ext4_probe_run's capped_command)
+    for util in ("capped_command", "disk_formats", "own_folders", "ext4_image.commands", "ext4_image.reader"):
+        importlib.import_module("ext4audit.parsers." + util)
+    # each module_utils module those loaded (their own imports are relative), under its ansible name
+    for loaded, module in list(sys.modules.items()):
+        if loaded.startswith("ext4audit.parsers."):
+            sys.modules["ansible_collections.ext4audit.fleet.plugins.module_utils." + loaded[len("ext4audit.parsers."):]] = module
     sys.argv = [os.path.join(ROOT, "library", name + ".py"), args]
     runpy.run_path(sys.argv[0], run_name="__main__")
 

@@ -14,8 +14,12 @@ from typing import Dict, List, Optional
 
 import msgspec
 
-from .. import contract, reports, severity_rank
-from . import backends
+from ext4audit import severity_rank
+from ext4audit.model import contract
+from ext4audit.report import reports
+from ext4audit.store import backends
+from ext4audit.model import times
+from ext4audit.report import host_report
 
 SLICE_TABLES = ("findings", "hosts", "kernel_groups", "rule_counts", "image_counts", "filesystems",
                 "slices")  # a slice's rows, slices last
@@ -32,6 +36,7 @@ class _HostReport(contract.HostReport):
 
 
 _HOST = msgspec.json.Decoder(_HostReport)
+_VERSION = msgspec.json.Decoder(host_report.Version)
 _EVIDENCE = msgspec.json.Encoder(order="sorted")
 HOST_COLUMNS = ("run_id", "slice", "host", "status", "reason", "kernel", "kernel_upstream", "kernel_vendor",
                 "groups_json", "fail_on", "findings", "failing", "waived", "image")
@@ -74,13 +79,18 @@ def read_run(run_dir: str) -> dict:
     with open(os.path.join(run_dir, reports.SUMMARY), "rb") as handle:
         digest.update(handle.read())
     fail_on_default = summary["policy"]["fail_on"]
-    hosts, filesystems = [], []
+    shared = os.path.join(run_dir, host_report.SHARED_FILE)
+    if os.path.exists(shared):  # what v2 host reports refer to: part of the run's content
+        with open(shared, "rb") as handle:
+            digest.update(host_report.SHARED_FILE.encode("utf-8") + b"\0" + handle.read())
+    hosts, filesystems, reader = [], [], host_report.Reader(run_dir)
     for path in _run_files(run_dir):
         with open(path, "rb") as handle:
             data = handle.read()
         digest.update(os.path.basename(path).encode("utf-8", "surrogateescape") + b"\0" + data)
         try:
-            report = _HOST.decode(data)
+            report = _HOST.decode(data) if _VERSION.decode(data).schema != contract.HOST_REPORT_SCHEMA else \
+                msgspec.convert(reader.read(path), _HostReport)  # v2: in full (the evidence keys stay the same)
         except msgspec.ValidationError as exc:
             raise reports.ReportError("host report %s: %s" % (path, contract.explain(exc, contract.HostReport)))
         except msgspec.DecodeError as exc:
@@ -111,7 +121,7 @@ def ingest(store: backends.Store, run_dir: str, slice_name: str = "", run_id: Op
     run = read_run(run_dir)
     summary = run["summary"]
     run_id = run_id or (summary or {}).get("run_id") or os.path.basename(os.path.normpath(run_dir))
-    now = reports.stamp(reports.utc_now())
+    now = times.stamp(times.utc_now())
     with store.transaction():
         store.execute("INSERT INTO runs (run_id, ingested_at, verdict, complete, hosts, hosts_audited, findings, "
                       "waived, content_hash, scope) VALUES (?, ?, 'incomplete', 0, 0, 0, 0, 0, '', ?) "

@@ -8,7 +8,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import ROOT, VENV_BIN, ansible_playbook, check_run_against_schemas, load_json, needs_root, run
+from conftest import (ROOT, VENV_BIN, ansible_playbook, check_run_against_schemas, load_host_report, load_json,
+                      needs_root, run)
 
 pytestmark = needs_root
 
@@ -88,7 +89,7 @@ def test_audit_finds_exactly_the_expected_rules(fleet, tmp_path):
     assert "verdict: fail" in out
     assert len(runs) == 1
     assert os.path.realpath(str(reports / "latest")) == os.path.realpath(runs[0])
-    report = load_json(os.path.join(runs[0], "hosts", "localhost.json"))
+    report = load_host_report(os.path.join(runs[0], "hosts", "localhost.json"))
     assert report["schema"] == "ext4-fleet-audit/host-report/v1"
     found = by_mountpoint(report)
     for name, case in CASES.items():
@@ -119,7 +120,7 @@ def test_audit_finds_exactly_the_expected_rules(fleet, tmp_path):
     assert "<script>" not in markdown and "&lt;script&gt;" in markdown and "\\$\\(id\\)" in markdown
     assert "<script>" not in junit
 
-    # Every JSON file of the run matches its published schema (schemas/, ext4audit/contract.py).
+    # Every JSON file of the run matches its published schema (schemas/, ext4audit/model/contract.py).
     checked = check_run_against_schemas(runs[0])
     assert set(checked.values()) == {"summary.json", "findings-index.json", "host-report.json", "facts-record.json",
                                      "play-hosts.json"}, checked
@@ -145,6 +146,6 @@ def test_check_mode_changes_nothing(fleet, tmp_path):
     recap = re.findall(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)", out, re.M)
     assert recap and all(changed == "0" for _, changed in recap), out
     assert mount_snapshot() == before
-    report = load_json(os.path.join(runs[0], "hosts", "localhost.json"))
+    report = load_host_report(os.path.join(runs[0], "hosts", "localhost.json"))
     assert by_mountpoint(report)[made["smalljournal"]["mountpoint"]]["EXT4_SMALL_JOURNAL"] == "medium"
     assert report["probe"]["status"] == "skipped" and report["probe"]["reason"] == "check mode"

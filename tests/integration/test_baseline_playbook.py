@@ -7,7 +7,7 @@ import re
 import shutil
 import subprocess
 
-from conftest import ROOT, VENV_BIN, ansible_playbook, load_json, needs_root, run
+from conftest import ROOT, VENV_BIN, ansible_playbook, load_host_report, load_json, needs_root, run
 
 pytestmark = needs_root
 
@@ -94,4 +94,4 @@ def test_nightly_diff_and_fail_on_new(loopfs, tmp_path):
     # A baseline that is not there stops the play before any host is audited.
     rc, out = audit(reports, fstab, "run-6", "-e", "ext4_audit_baseline=%s" % (tmp_path / "nope"))
     assert rc != 0 and "has no summary.json" in out and not (reports / "run-6").exists(), out
-    assert steady["mountpoint"] in json.dumps(load_json(str(reports / "run-4" / "hosts" / "localhost.json")))
+    assert steady["mountpoint"] in json.dumps(load_host_report(str(reports / "run-4" / "hosts" / "localhost.json")))

@@ -25,8 +25,10 @@ import time
 
 import pytest
 
-from conftest import FIXTURES, ROOT, ansible_playbook, load_json
-from ext4audit import catalog as catalog_mod, fleet, reports
+from conftest import FIXTURES, ROOT, ansible_playbook, load_host_report, load_json
+from ext4audit.report import reports
+from ext4audit.steps import fleet
+from ext4audit.rules import catalog as catalog_mod
 
 E2FSCK = "/usr/sbin/e2fsck"
 pytestmark = pytest.mark.skipif(not os.path.exists(E2FSCK), reason="needs e2fsprogs")
@@ -213,7 +215,7 @@ def test_kept_corpus_images_through_the_playbook(tmp_path, name):
         "ami_precheck_name": name, "ami_precheck_work_parent": str(work)}))
     summary = load_json(str(reports_dir / "latest" / "summary.json"))
     assert rc != 0 and summary["verdict"] == "fail", (rc, summary["verdict"], out[-3000:])
-    report = load_json(str(reports_dir / "latest" / "hosts" / (name + "-offline.json")))
+    report = load_host_report(str(reports_dir / "latest" / "hosts" / (name + "-offline.json")))
     rules = sorted(set(f["rule"] for f in report["findings"] if f["severity"] in ("high", "critical")))
     # f_badroot's root folder cannot be listed, so its /etc/fstab is unread (IMAGE_FILE_UNREAD)
     assert rules == (["IMAGE_FILE_UNREAD", "IMAGE_FS_NOT_CLEAN", "IMAGE_NO_KERNEL"] if name == "f_badroot"

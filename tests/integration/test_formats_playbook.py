@@ -27,6 +27,7 @@ def test_the_formats_chosen_are_written(tmp_path):
                                "-e", '{"ext4_audit_formats": ["tap", "sarif"]}', env=ENV)
     assert rc == 0, out
     run_dir = reports / "run-1"
-    assert sorted(os.listdir(str(run_dir))) == ["facts", "findings-index.json", "hosts", "play-hosts.json", "probe",
-                                                "report.sarif", "report.tap", "summary.json"]  # (no formats)
+    assert sorted(os.listdir(str(run_dir))) == ["facts", "findings-index.json", "host-reports-shared.json", "hosts",
+                                                "play-hosts.json", "probe", "report.sarif", "report.tap",
+                                                "summary.json"]  # (no formats)
     assert os.listdir(str(run_dir / "hosts")) == ["localhost.json"]

@@ -19,8 +19,8 @@ import xml.etree.ElementTree as ET
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ansible_playbook, load_json, needs_root, run
-from ext4audit import junit as junit_mod, markdown as markdown_mod
+from conftest import ansible_playbook, load_host_report, load_json, needs_root, run
+from ext4audit.formats import junit as junit_mod, markdown as markdown_mod
 
 pytestmark = needs_root
 
@@ -133,7 +133,7 @@ def test_hostile_names_are_audited_escaped_and_never_run(loopfs, tmp_path, signa
     for path in glob.glob(os.path.join(run_dir, "facts", "*.json")) + glob.glob(os.path.join(run_dir, "*.json")):
         with open(path, "rb") as handle:
             json.loads(handle.read().decode("utf-8"))  # strict: raises on invalid UTF-8
-    report = load_json(os.path.join(run_dir, "hosts", "localhost.json"))
+    report = load_host_report(os.path.join(run_dir, "hosts", "localhost.json"))
     json.dumps(report, ensure_ascii=False).encode("utf-8")  # raises on a lone surrogate
     filesystems = dict((fs["mountpoint"], fs) for fs in report["filesystems"])
     found = {}

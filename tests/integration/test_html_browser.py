@@ -21,8 +21,11 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from conftest import ROOT, VENV_BIN, ansible_playbook, load_json, needs_root
-from ext4audit import catalog, finding_groups, html, reports
+from conftest import ROOT, VENV_BIN, ansible_playbook, load_host_report, load_json, needs_root
+from ext4audit.formats import html
+from ext4audit.report import finding_groups
+from ext4audit.report import reports
+from ext4audit.rules import catalog
 
 pytestmark = needs_root
 
@@ -116,14 +119,14 @@ def check_probe_section_opens_with_sentences(browser, mountpoint):
 def test_report_in_headless_chromium(loopfs, tmp_path, browser):
     mountpoint, run_dir = audit_with_probe(loopfs, tmp_path)
     summary = load_json(os.path.join(run_dir, "summary.json"))
-    local = load_json(os.path.join(run_dir, "hosts", "localhost.json"))
+    local = load_host_report(os.path.join(run_dir, "hosts", "localhost.json"))
     assert summary["verdict"] == "incomplete"
     assert local["probe"]["status"] == "ran" and local["probe"]["mountpoint"] == mountpoint, local["probe"]
     page = os.path.join(run_dir, "report.html")
 
     # What it costs to make, measured on this run's own reports.
     started = time.monotonic()
-    text = html.render(summary, [load_json(os.path.join(run_dir, "hosts", name)) for name in
+    text = html.render(summary, [load_host_report(os.path.join(run_dir, "hosts", name)) for name in
                                  sorted(os.listdir(os.path.join(run_dir, "hosts")))], catalog.load(), run_dir)
     print("\nreport.html of this run (1 host with a 32-run probe, 1 unreachable): %.2f s, %d KiB" % (
         time.monotonic() - started, len(text.encode()) // 1024))
@@ -242,7 +245,7 @@ def synthetic_run(folder, hosts):
     result = subprocess.run([os.path.join(VENV_BIN, "python"), "-m", "ext4audit", "report", real, "--formats", "tap"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert result.returncode in (0, 1, 2), result.stderr.decode()[-2000:]  # pass, fail, incomplete
-    base = [load_json(path) for path in sorted(glob.glob(os.path.join(real, "hosts", "*.json")))]
+    base = [load_host_report(path) for path in sorted(glob.glob(os.path.join(real, "hosts", "*.json")))]
     digests_of = [reports.digest(report, "high") for report in base]
     run_dir = os.path.join(folder, "run")
     os.makedirs(os.path.join(run_dir, html.DATA))

@@ -19,8 +19,10 @@ import time
 
 import pytest
 
-from conftest import ROOT, VENV_BIN, ansible_playbook, load_json, module_return_doc, run, undocumented
-from ext4audit import catalog as catalog_mod, engine, fleet, reports
+from conftest import ROOT, VENV_BIN, ansible_playbook, load_host_report, load_json, module_return_doc, run, undocumented
+from ext4audit.report import reports
+from ext4audit.steps import fleet
+from ext4audit.rules import catalog as catalog_mod, engine
 
 TOOLS = ["/usr/sbin/sfdisk", "/usr/bin/qemu-img", "/usr/sbin/mkfs.ext4", "/usr/sbin/debugfs"]
 MISSING = [tool for tool in TOOLS if not os.path.exists(tool)]
@@ -585,7 +587,7 @@ def test_offline_precheck_playbook(mbr_image, tmp_path):
     assert (reports / "latest" / "summary.json").exists(), out[-3000:]
     summary = load_json(str(reports / "latest" / "summary.json"))
     assert (rc == 0) == (summary["verdict"] == "pass"), (rc, summary["verdict"], out[-3000:])
-    report = load_json(str(reports / "latest" / "hosts" / "golden-offline.json"))
+    report = load_host_report(str(reports / "latest" / "hosts" / "golden-offline.json"))
     assert report["status"] == "audited" and report["kernel"]["release"] == K612[0]
     assert ("EXT4_INODE_128", "/data") in [(f["rule"], f["mountpoint"]) for f in report["findings"]]
     assert [h["host"] for h in summary["hosts"]] == ["golden-offline"], summary["hosts"]
@@ -605,7 +607,7 @@ def test_offline_precheck_of_an_image_without_kernels(tmp_path):
     assert (reports / "latest" / "summary.json").exists(), out[-3000:]
     summary = load_json(str(reports / "latest" / "summary.json"))
     assert [h["host"] for h in summary["hosts"]] == ["bare-offline"], summary["hosts"]  # not booted under --check
-    report = load_json(str(reports / "latest" / "hosts" / "bare-offline.json"))
+    report = load_host_report(str(reports / "latest" / "hosts" / "bare-offline.json"))
     assert report["status"] == "audited" and report["kernel"]["release"] is None
     assert [e for e in report["errors"] if e["reason"] == "no readable kernel (vmlinuz-*) in /boot"], report["errors"]
     assert "KERNEL_DIO_CORRUPTION_6_1_64" in [u["rule"] for u in report["undetermined"]]
@@ -1096,7 +1098,7 @@ def test_offline_precheck_of_an_image_whose_fstab_loops(tmp_path):
         "image": disk, "ami_precheck_boot": False, "ext4_audit_reports_dir": str(reports_dir),
         "ami_precheck_name": "loop", "ami_precheck_work_parent": str(tmp_path)}))
     summary = load_json(str(reports_dir / "latest" / "summary.json"))
-    report = load_json(str(reports_dir / "latest" / "hosts" / "loop-offline.json"))
+    report = load_host_report(str(reports_dir / "latest" / "hosts" / "loop-offline.json"))
     assert rc != 0 and summary["verdict"] == "fail", (rc, summary["verdict"], out[-3000:])
     assert "IMAGE_FSTAB_UNRESOLVED" not in [p["rule"] for p in report["passed"]]
     assert "IMAGE_FSTAB_UNRESOLVED" in [u["rule"] for u in report["undetermined"]]

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
-from conftest import ROOT, VENV_BIN, load_json, module_return_doc, needs_root, run, undocumented
+from conftest import ROOT, VENV_BIN, load_host_report, load_json, module_return_doc, needs_root, run, undocumented
 
 pytestmark = needs_root
 
@@ -109,7 +109,7 @@ def test_installed_collection_audits_probes_reports_and_gates(installed, loopfs,
     summary = load_json(str(work / "reports" / "latest" / "summary.json"))
     assert summary["verdict"] == "pass"
     [host_file] = glob.glob(str(work / "reports" / "latest" / "hosts" / "scratch-host.json"))
-    report = load_json(host_file)
+    report = load_host_report(host_file)
     mine = [f for f in report["filesystems"] if f["mountpoint"] == fs["mountpoint"]]
     assert mine and "discard" in mine[0]["options"]
     assert any(f["rule"] == "EXT4_ONLINE_DISCARD" and f["mountpoint"] == fs["mountpoint"]

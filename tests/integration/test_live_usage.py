@@ -9,8 +9,10 @@ filled, unmounted, mounted again and emptied still reads full. The rules go by s
 import os
 import subprocess
 
-from conftest import ansible_playbook, load_json, needs_root, run
-from ext4audit import catalog as catalog_mod, contract, engine, markdown
+from conftest import ansible_playbook, load_host_report, needs_root, run
+from ext4audit.formats import markdown
+from ext4audit.model import contract
+from ext4audit.rules import catalog as catalog_mod, engine
 from test_module_errors import run_module
 
 pytestmark = needs_root
@@ -127,7 +129,7 @@ def test_a_real_xfs_is_listed_as_not_audited_in_the_host_report_and_the_terminal
                                "-e", "ext4_audit_fstab_path=/dev/null", "-e", "chopper_probe_enabled=false",
                                "-e", "ext4_audit_gate=false")
     assert rc == 0, out
-    report = load_json(os.path.join(str(reports), "latest", "hosts", "localhost.json"))
+    report = load_host_report(os.path.join(str(reports), "latest", "hosts", "localhost.json"))
     assert {"mountpoint": mnt, "fstype": "xfs", "source": loop} in report["not_audited"]
     assert "  not audited: xfs at %s on 1 host (localhost)" % mnt in out.splitlines()
     page = open(os.path.join(str(reports), "latest", "summary.md")).read()

@@ -11,7 +11,7 @@ import os
 import re
 import sys
 
-from conftest import ROOT, VENV_BIN, ansible_playbook, load_json, needs_root, run
+from conftest import ROOT, VENV_BIN, ansible_playbook, load_host_report, needs_root, run
 
 pytestmark = needs_root
 
@@ -123,7 +123,7 @@ def test_offline_fix_from_a_run_folder(loopfs, tmp_path):
                            "-e", '{"ext4_remediate_offline": true}', "-e", "ext4_audit_run_id=applied")
     assert "64M" in run(["dumpe2fs", "-h", small["device"]]).split("Total journal size:")[1].split("\n")[0], out
     run(["e2fsck", "-fn", small["device"]])
-    assert load_json(str(reports / "before" / "hosts" / "localhost.json"))["findings"]
+    assert load_host_report(str(reports / "before" / "hosts" / "localhost.json"))["findings"]
 
 
 def test_check_diff_from_a_night_of_the_store(loopfs, tmp_path):

@@ -26,20 +26,22 @@ import xml.etree.ElementTree as ET
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ext4audit import writers
-from ext4audit.parsers import ext4_parsers, kernel_version
+from ext4audit.formats import writers
+from ext4audit.parsers import kernel_version
+from ext4audit.parsers.ext4_parsers.mounts import parse_ext4_options
+from ext4audit.parsers.ext4_parsers.superblock import parse_dumpe2fs
 from conftest import ROOT, VENV_BIN, fixture_text
 
 HOSTS = 2000
 SEED = int(os.environ.get("EXT4AUDIT_FAULT_SEED", "20260515"))
 OUTPUTS = ("summary.json", "junit.xml", "summary.md", "report.html", "report.sarif", "ext4audit.prom", "report.tap",
-           "findings-index.json", "report-data")
+           "findings-index.json", "report-data", "host-reports-shared.json")
 
 
 def facts(mountpoint, options):
     """A host's facts as ext4_facts returns them, from real fixtures (6.18 defaults, e2fsprogs 1.47)."""
     fs = {"device": "/dev/vdb", "mountpoint": mountpoint, "fstype": "ext4", "options_source": "proc",
-          "options": options, "superblock": ext4_parsers.parse_dumpe2fs(fixture_text(
+          "options": options, "superblock": parse_dumpe2fs(fixture_text(
               "dumpe2fs", "e2fsprogs-1.47-default-2g.txt")),
           "queue": {"write_cache": "write back", "rotational": 0}, "fstab": None, "fstab_drift": [], "jbd2": None}
     kernel = dict(kernel_version.identify("6.18.44", "Linux version 6.18.44 #1 SMP"), page_size=4096)
@@ -49,7 +51,7 @@ def facts(mountpoint, options):
 
 def write_facts(run_dir, hosts, hostile_every=100):
     os.makedirs(os.path.join(run_dir, "facts"))
-    options = ext4_parsers.parse_ext4_options(fixture_text("ext4_options", "kernel-6.18-defaults.txt"))
+    options = parse_ext4_options(fixture_text("ext4_options", "kernel-6.18-defaults.txt"))
     plain = facts("/data", options)
     hostile = facts("/srv/<script>alert(1)</script> `$(id)`\n\\xff", options + ["nobarrier"])
     for number in range(hosts):
@@ -90,7 +92,7 @@ def check_complete(run_dir, hosts):
     assert len(reports) == hosts, "%d host reports, expected %d" % (len(reports), hosts)
     for path in reports:
         with open(path) as handle:
-            assert json.load(handle)["schema"] == "ext4-fleet-audit/host-report/v1", path
+            assert json.load(handle)["schema"] == "ext4-fleet-audit/host-report/v2", path
     with open(os.path.join(run_dir, "summary.json")) as handle:
         assert json.load(handle)["counts"]["hosts"] == hosts
     ET.parse(os.path.join(run_dir, "junit.xml"))

@@ -26,7 +26,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, VENV_BIN, ansible_playbook, load_json, needs_root
+from conftest import ROOT, VENV_BIN, ansible_playbook, load_host_report, load_json, needs_root
 from ext4audit.parsers import kernel_version
 
 pytestmark = needs_root
@@ -103,7 +103,7 @@ def ext4audit_run(*args, env=None, timeout=300):
     environ = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                    PYTHONPATH=ROOT, **(env or {}))
     started = time.monotonic()
-    result = subprocess.run([os.path.join(VENV_BIN, "python"), "-m", "ext4audit.run", "playbooks/audit.yml"]
+    result = subprocess.run([os.path.join(VENV_BIN, "python"), "-m", "ext4audit.cli.run", "playbooks/audit.yml"]
                             + list(args), cwd=ROOT, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             timeout=timeout)
     return result.returncode, result.stdout.decode(errors="replace"), time.monotonic() - started
@@ -129,7 +129,8 @@ def test_every_host_of_the_play_ends_in_the_summary_with_its_reason(tmp_path):
         assert reason is None or reason in reasons[host], (host, reasons[host])
     assert rows["hangs"]["status"] == "failed" and "Timed out" in reasons["hangs"], reasons["hangs"]
     # the host reports of the odd names are plain files in hosts/, each holding its exact name
-    names = dict((load_json(p)["host"], os.path.basename(p)) for p in glob.glob(os.path.join(run, "hosts", "*.json")))
+    names = dict((load_host_report(p)["host"], os.path.basename(p))
+                 for p in glob.glob(os.path.join(run, "hosts", "*.json")))
     assert names[".hidden"] == "_.hidden.json" and names["../evil"] == "_..%2Fevil.json", names
     assert len(names[LONG_NAME]) <= 255 and names[LONG_NAME].startswith("long-xxx"), names[LONG_NAME]
     for path in glob.glob(os.path.join(run, "facts", "*.json")):

@@ -7,7 +7,7 @@ import os
 import ansible_runner
 import yaml
 
-from conftest import ROOT, VENV_BIN, free_port, load_json
+from conftest import ROOT, VENV_BIN, free_port, load_host_report, load_json
 
 SEVERITIES = ["critical", "high", "info", "low", "medium"]
 
@@ -52,4 +52,4 @@ def test_runner_job_carries_the_verdict_and_counts_the_host_unreachable(tmp_path
     assert result["store_slice"] == ""
     # The report is complete: the unreachable host is in it, with its reason.
     assert [(h["host"], h["status"]) for h in summary["hosts_not_audited"]] == [("gone-1", "unreachable")]
-    assert load_json(os.path.join(run_dir, "hosts", "localhost.json"))["status"] == "audited"
+    assert load_host_report(os.path.join(run_dir, "hosts", "localhost.json"))["status"] == "audited"

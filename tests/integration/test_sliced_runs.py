@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, VENV_BIN, LoopFilesystems, ansible_playbook, load_json, needs_root, run
+from conftest import ROOT, VENV_BIN, LoopFilesystems, ansible_playbook, load_host_report, load_json, needs_root, run
 
 pytestmark = needs_root
 
@@ -118,8 +118,8 @@ def test_merged_slices_report_what_the_full_run_reported(runs):
     names = sorted(os.listdir(str(full / "hosts")))
     assert sorted(os.listdir(str(merged / "hosts"))) == names and len(names) == 6
     for name in names:
-        assert without_run_fields(load_json(str(merged / "hosts" / name))) == \
-            without_run_fields(load_json(str(full / "hosts" / name))), name
+        assert without_run_fields(load_host_report(str(merged / "hosts" / name))) == \
+            without_run_fields(load_host_report(str(full / "hosts" / name))), name
     for name in ("junit.xml", "summary.md"):
         assert (merged / name).read_bytes() == (full / name).read_bytes(), name
     # The slices' records were copied byte for byte.

@@ -17,8 +17,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import ROOT, VENV_BIN, ansible_playbook, free_port, load_json, needs_root
-from ext4audit.markdown import md
+from conftest import ROOT, VENV_BIN, ansible_playbook, free_port, load_host_report, load_json, needs_root
+from ext4audit.formats.markdown import md
 
 pytestmark = needs_root
 
@@ -116,7 +116,8 @@ def test_group_policies_judge_each_host_by_its_own(tailored, tmp_path):
     assert rc == 2 and "verdict: fail" in out, out  # db-1 fails at low; the others pass at high
     run_dir = runs[0]
     mount = tailored["mountpoint"]
-    db, web, batch = (load_json(os.path.join(run_dir, "hosts", h + ".json")) for h in ("db-1", "web-1", "batch-1"))
+    db, web, batch = (load_host_report(os.path.join(run_dir, "hosts", h + ".json"))
+                      for h in ("db-1", "web-1", "batch-1"))
 
     # databases: fail_on low, and this site's severity for EXT4_ERRORS_CONTINUE with its reason
     assert db["policy"]["fail_on"] == "low" and db["skipped"] == []
@@ -181,7 +182,7 @@ def test_site_rules_add_and_replace_rules(tailored, tmp_path):
     rc, out, runs = audit(tmp_path, inventory, "-e", '{"ext4_audit_rules_dirs": ["%s"], "ext4_audit_fail_on": "medium"}'
                           % site)
     assert rc == 2 and "verdict: fail" in out, out
-    found = on(load_json(os.path.join(runs[0], "hosts", "db-1.json")), tailored["mountpoint"])
+    found = on(load_host_report(os.path.join(runs[0], "hosts", "db-1.json")), tailored["mountpoint"])
     assert found["SITE_TAILORED_MOUNT"]["severity"] == "medium"
     assert found["SITE_TAILORED_MOUNT"]["message"] == "%s is a tailored mount" % tailored["mountpoint"]
     assert found["EXT4_INODE_128"]["severity"] == "medium"

@@ -3,7 +3,7 @@
 import glob
 import os
 
-from conftest import ansible_playbook, load_json
+from conftest import ansible_playbook, load_host_report, load_json
 
 
 def test_unreachable_host_makes_the_run_incomplete(tmp_path):
@@ -24,7 +24,7 @@ def test_unreachable_host_makes_the_run_incomplete(tmp_path):
     assert summary["hosts_not_audited"][0]["status"] == "unreachable"
     assert "Connection refused" in summary["hosts_not_audited"][0]["reason"] or \
         "connect" in summary["hosts_not_audited"][0]["reason"].lower()
-    local = load_json(os.path.join(run, "hosts", "localhost.json"))
+    local = load_host_report(os.path.join(run, "hosts", "localhost.json"))
     assert local["status"] == "audited" and local["filesystems"]
 
     # With the policy that unreachable hosts do not count, the same situation passes or fails on findings.

@@ -8,8 +8,10 @@ import msgspec
 import pytest
 import yaml
 
-from conftest import ROOT
-from ext4audit import baseline, contract, reports, terminal
+from conftest import ROOT, load_host_report
+from ext4audit.formats import terminal
+from ext4audit.model import contract
+from ext4audit.report import baseline, reports
 from test_reports import HOSTILE, cli, write_run
 from test_rules import facts, with_options
 
@@ -165,7 +167,7 @@ def test_report_with_a_baseline(two_runs):
     markdown = open(os.path.join(second, "summary.md")).read()
     assert "### Since baseline run\\-1" in markdown and "| new host | c | EXT4\\_ERRORS\\_CONTINUE | info | /data |" in markdown
     assert "Hosts removed (1): b" in markdown and "| resolved | a | EXT4\\_AUTO\\_DA\\_ALLOC\\_RENAME | info | /srv |" in markdown
-    host_a = json.load(open(os.path.join(second, "hosts", "a.json")))
+    host_a = load_host_report(os.path.join(second, "hosts", "a.json"))
     marks = dict(("%s %s" % (f["mountpoint"], f["rule"]), f["baseline"]) for f in host_a["findings"])
     assert marks["/data EXT4_NOBARRIER"] == "persisting" and marks["/srv EXT4_ONLINE_DISCARD"] == "new"
     assert cli("gate", second)[0] == 1  # without fail_on_new the old high finding fails the gate
@@ -194,7 +196,7 @@ def test_the_findings_index_compares_as_the_host_reports_do(two_runs, monkeypatc
     summary = json.load(open(os.path.join(first, "summary.json")))
     assert (index.run_id, index.generated_at) == (summary["run_id"], summary["generated_at"])
     for host in ("a", "b"):
-        report = json.load(open(os.path.join(first, "hosts", host + ".json")))
+        report = load_host_report(os.path.join(first, "hosts", host + ".json"))
         assert index.hosts[host].status == report["status"] and len(report["findings"]) > 0
         assert [tuple(msgspec.structs.astuple(f)) for f in index.hosts[host].findings] == [
             (f["rule"], f["severity"], f.get("device"), f.get("mountpoint")) for f in report["findings"]]
@@ -205,9 +207,10 @@ def test_the_findings_index_compares_as_the_host_reports_do(two_runs, monkeypatc
     for prepare in (lambda: None, lambda: rewrite_index(first, lambda doc: doc.update(run_id="another")),
                     lambda: os.unlink(os.path.join(first, baseline.INDEX))):
         prepare()
+        current = load_host_report(os.path.join(first, "hosts", "a.json"))
         del read[:]
         base = baseline.load(first, second)
-        diffs.append(baseline.compare([json.load(open(os.path.join(first, "hosts", "a.json")))], base))
+        diffs.append(baseline.compare([current], base))
         assert (os.path.join(first, "hosts", "a.json") in read) is (len(diffs) > 1)
     assert diffs[0] == diffs[1] == diffs[2] and diffs[0]["persisting"] > 0
 

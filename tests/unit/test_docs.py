@@ -60,7 +60,7 @@ def test_readme_is_a_short_front_door_with_the_two_commands_first():
     assert setup < 20
     commands = lines.index("```sh", setup) + 1
     assert setup < commands < setup + 6 and lines[commands:commands + 3] == [
-        "make audit   # the main job: audit this machine (inventories/local), write reports/, exit by the gate",
+        "make audit   # the main job: audit the local host (inventories/local), write reports/, exit by the gate",
         "make test    # the tests: unit tests, then integration tests on real loop-mounted ext4 (root)", "```"]
 
 

@@ -13,8 +13,9 @@ import sys
 import pytest
 import yaml
 
-from ext4audit import catalog as catalog_mod, probe
-from conftest import ROOT
+from ext4audit.probe import analysis as probe
+from ext4audit.rules import catalog as catalog_mod
+from conftest import ROOT, load_host_report
 from test_reports import HOSTILE, cli, write_run
 from test_rules import facts
 
@@ -74,7 +75,7 @@ def test_lhs_draws_scipys_numbers_without_scipy(seed, runs, dims):
 
 def test_making_a_plan_does_not_import_scipy(tmp_path):
     """scipy's import took 0.6 s of every `make audit` (issue 17)."""
-    code = ("import sys; from ext4audit import cli; rc = cli.main(['plan', '--out', sys.argv[1]]); "
+    code = ("import sys; from ext4audit.cli import commands as cli; rc = cli.main(['plan', '--out', sys.argv[1]]); "
             "print(rc, sorted(m for m in sys.modules if m.split('.')[0] == 'scipy')[:3])")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "plan.json")], stdout=subprocess.PIPE,
                          universal_newlines=True, check=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
@@ -291,7 +292,7 @@ def probe_run(tmp_path):
 def test_probe_sections_confirmations_and_escalation(probe_run):
     rc, out, err = cli("report", probe_run)
     assert rc == 0, (out, err)  # only info findings (one raised to medium): a pass at fail_on=high
-    hosts = dict((name, json.load(open(os.path.join(probe_run, "hosts", name + ".json"))))
+    hosts = dict((name, load_host_report(os.path.join(probe_run, "hosts", name + ".json")))
                  for name in ("db-1", "web-2", "cache-3", "old-4", "root-5"))
 
     section = hosts["db-1"]["probe"]
@@ -381,7 +382,7 @@ def test_allocator_section_is_carried_into_the_host_report(tmp_path):
     failed = {"status": "error", "reason": "Special End: no space left", "issues": []}
     write_probe(path, [PLAN, with_allocator(record("db-1"), present), with_allocator(record("web-2"), failed)])
     assert cli("report", path)[0] == 0
-    sections = dict((host, json.load(open(os.path.join(path, "hosts", host + ".json")))["probe"])
+    sections = dict((host, load_host_report(os.path.join(path, "hosts", host + ".json"))["probe"])
                     for host in ("db-1", "web-2"))
     assert sections["db-1"]["allocator"] == present and sections["db-1"]["errors"] == []
     assert sections["web-2"]["allocator"] == failed
@@ -425,5 +426,5 @@ def test_sweep_without_a_plan_is_reported_not_analysed(tmp_path):
     write_run(path, [audited("db-1")])
     write_probe(path, [record("db-1")])
     assert cli("report", path)[0] == 0
-    section = json.load(open(os.path.join(path, "hosts", "db-1.json")))["probe"]
+    section = load_host_report(os.path.join(path, "hosts", "db-1.json"))["probe"]
     assert section["sweep"] is None and section["errors"] == ["sweep not analysed: the run folder has no probe plan"]

@@ -9,8 +9,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import ROOT, VENV_BIN, fixture_text
-from ext4audit import reports, waivers
+from conftest import ROOT, VENV_BIN, fixture_text, load_host_report
+from ext4audit.report import reports
+from ext4audit.rules import waivers
 from test_rules import facts, with_options
 
 NOW = datetime.datetime(2026, 11, 21, 12, 0, tzinfo=datetime.timezone.utc)
@@ -127,7 +128,7 @@ def test_report_files_verdicts_and_escaping(run_dir):
     assert summary["hosts_not_audited"] == [{"host": "web/<2>", "status": "unreachable", "reason": "ssh: connect timed out"}]
     assert "1 finding(s) at or above high" in summary["reason"]
     assert os.path.realpath(os.path.join(run_dir, "..", "latest")) == os.path.realpath(run_dir)
-    host = json.load(open(os.path.join(run_dir, "hosts", "db-1.json")))
+    host = load_host_report(os.path.join(run_dir, "hosts", "db-1.json"))
     assert host["findings"][0]["mountpoint"] == HOSTILE  # data kept exactly in JSON
     assert os.path.exists(os.path.join(run_dir, "hosts", "web%2F%3C2%3E.json"))
 
@@ -160,8 +161,9 @@ def test_report_files_get_the_mode_the_umask_gives(run_dir, umask, mode):
     made = [os.path.join(base, name) for base, _, names in os.walk(run_dir) if os.path.basename(base) != "facts"
             for name in names]
     modes = dict((os.path.relpath(path, run_dir), oct(stat.S_IMODE(os.stat(path).st_mode))) for path in made)
-    # summary.json, 6 formats, 2 hosts, the findings index, report.html's details file
-    assert len(made) == 11 and set(modes.values()) == {oct(mode)}, modes
+    # summary.json, 6 formats, 2 hosts, the findings index, report.html's details file, the host
+    # reports' shared file
+    assert len(made) == 12 and set(modes.values()) == {oct(mode)}, modes
 
 
 def test_gate_applies_a_new_waiver_file(run_dir, tmp_path):
@@ -185,7 +187,8 @@ def test_report_with_invalid_waivers_is_an_error(run_dir, tmp_path):
 
 @pytest.mark.parametrize("content, message", [
     ("{not json", "is not valid JSON"),
-    ('{"schema": "something/else"}', "is not a ext4-fleet-audit/host-report/v1 document"),
+    ('{"schema": "something/else"}',
+     "is not a ext4-fleet-audit/host-report/v1 or ext4-fleet-audit/host-report/v2 document"),
 ])
 def test_gate_on_corrupt_reports_exits_2(run_dir, content, message):
     assert cli("report", run_dir)[0] == 2

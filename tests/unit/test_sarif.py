@@ -12,8 +12,9 @@ import jsonschema
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from conftest import ROOT, SARIF_MULTITOOL
-from ext4audit import catalog as catalog_mod, sarif
+from conftest import ROOT, SARIF_MULTITOOL, load_host_report
+from ext4audit.formats import sarif
+from ext4audit.rules import catalog as catalog_mod
 from test_baseline import DEFAULTS, NOBARRIER, NODELALLOC_DISCARD, make_run, record
 from test_reports import HOSTILE, cli
 
@@ -77,7 +78,7 @@ def load(folder):
 def host_findings(folder):
     found = []
     for name in sorted(os.listdir(os.path.join(folder, "hosts"))):
-        report = json.load(open(os.path.join(folder, "hosts", name)))
+        report = load_host_report(os.path.join(folder, "hosts", name))
         found += [(report["host"], f) for f in report["findings"]]
     return found
 

@@ -5,14 +5,15 @@ synthetic fleet (its generator, the real report command), cloned to 10,000 host 
 
 import datetime
 import importlib.util
-import json
 import os
 import re
 
 import pytest
 
-from conftest import ROOT
-from ext4audit import finding_groups, markdown, reports
+from conftest import ROOT, load_host_report
+from ext4audit.formats import markdown
+from ext4audit.report import finding_groups
+from ext4audit.report import reports
 from test_reports import cli
 
 GITHUB_LIMIT = 1024 * 1024  # bytes of a step's job summary GitHub accepts
@@ -40,7 +41,7 @@ def real_run(tmp_path_factory):
 
 def host_reports(run):
     summary = reports.read_json(os.path.join(run, "summary.json"), "summary")
-    return summary, [reports.read_json(os.path.join(run, "hosts", reports.safe_name(row["host"]) + ".json"), "host")
+    return summary, [load_host_report(os.path.join(run, "hosts", reports.safe_name(row["host"]) + ".json"))
                      for row in summary["hosts"]]
 
 

@@ -13,7 +13,7 @@ import os
 import re
 import time
 
-from conftest import ROOT, ansible_playbook, free_port, load_json, needs_vm, qemu_processes, vm_host, vm_ssh
+from conftest import ROOT, ansible_playbook, free_port, load_host_report, needs_vm, qemu_processes, vm_host, vm_ssh
 
 pytestmark = needs_vm
 
@@ -51,7 +51,7 @@ def recap_changed(out, name):
 
 
 def scratch_report(run_dir, name):
-    report = load_json(os.path.join(str(run_dir), "hosts", name + ".json"))
+    report = load_host_report(os.path.join(str(run_dir), "hosts", name + ".json"))
     [fs] = [fs for fs in report["filesystems"] if fs["mountpoint"] == SCRATCH]
     findings = [f["rule"] for f in report["findings"] if f.get("mountpoint") == SCRATCH]
     return fs, findings
