@@ -109,7 +109,7 @@ test-deps: lint-deps sarif-multitool ansible-cores galaxy-importer
 # venv of its own under .cache/ansible-core/<core>. meta/runtime.yml's requires_ansible names the
 # oldest (AAP 2.4 and 2.5 execution environments ship 2.15 and 2.16);
 # tests/integration/test_ansible_cores.py runs the audit with each and ansible-test sanity with the
-# oldest (with the newest when EXT4AUDIT_SANITY_CORES=ends; =all: every core). A Python that is not
+# oldest and the newest (EXT4AUDIT_SANITY_CORES=all: every core). A Python that is not
 # on PATH is looked for among pyenv's versions (these machines keep 3.8 to 3.13 there).
 ANSIBLE_CORES := 2.15.13:3.11 2.16.19:3.10 2.17.14:3.12 2.18.19:3.13 2.20.10:3.12 2.21.5:3.13
 PYENV_VERSIONS := $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions

@@ -61,7 +61,7 @@ NETFS = ("mountpoint", "fstype", "source", "options")
 KERNEL = (
     "release", "vendor", "upstream", "vendor_version", "backports", "notes", "proc_version",
     "version_signature", "os_release", "os_release.ID", "os_release.ID_LIKE", "os_release.VERSION_ID",
-    "os_release.PRETTY_NAME", "page_size",
+    "os_release.PRETTY_NAME", "os_release.IMAGE_ID", "os_release.IMAGE_VERSION", "page_size",
 )
 # What ext4_image_facts adds to the kernel of a disk image
 IMAGE_KERNEL = ("source",)

@@ -116,7 +116,8 @@ def _earlier_hosts(fd):
 def _record(host, answer, host_vars):
     """A host's facts record: audited with its facts, or unreachable or failed with the reason."""
     answer = answer if isinstance(answer, dict) else {}
-    facts = answer.get("ext4_facts")
+    facts = answer.get("ansible_facts")  # ext4_facts returns its record as the fact ext4_facts
+    facts = facts.get("ext4_facts") if isinstance(facts, dict) else None
     status, reason = "audited", None
     if not answer:
         status, reason = "failed", "no answer from the facts task (the play did not run it on this host)"

@@ -21,6 +21,7 @@ description:
   - Lists network filesystem mounts too, and the local filesystems of other types it does not audit.
   - Never changes anything. Anything it cannot read becomes an entry in C(errors) with the
     reason; the module itself only fails on a bug.
+  - Sets one fact, RV(ansible_facts.ext4_facts), for the host.
 options:
   fstab_path:
     description: The fstab file to compare with what is in effect.
@@ -40,6 +41,10 @@ options:
     elements: str
     default: [nfs, nfs4, cifs, smb3, smbfs, afs, 9p, ceph, glusterfs, lustre, gpfs, beegfs, fuse.sshfs,
               fuse.glusterfs, fuse.cephfs, fuse.s3fs, fuse.gcsfuse, fuse.rclone, davfs, fuse.davfs2]
+attributes:
+  facts:
+    support: full
+    description: Returns RV(ansible_facts.ext4_facts) as the fact C(ext4_facts).
 notes:
   - Target side needs only Python >= 3.8 and e2fsprogs.
 seealso:
@@ -51,9 +56,9 @@ extends_documentation_fragment:
 """
 
 EXAMPLES = r"""
+# Later tasks read the fact: ansible_facts.ext4_facts.filesystems | map(attribute='mountpoint')
 - name: Read ext4 facts
   ext4audit.fleet.ext4_facts:
-  register: ext4
 
 - name: Without dumpe2fs (no root)
   ext4audit.fleet.ext4_facts:
@@ -61,401 +66,406 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-ext4_facts:
-  description: Everything read from the host.
+ansible_facts:
+  description: The facts this module sets on the host.
   returned: always
   type: dict
   contains:
-    schema:
-      description: The record's format.
-      returned: always
-      type: str
-      sample: ext4-fleet-audit/facts/v1
-    kernel:
-      description: The running kernel, and the upstream version it corresponds to.
+    ext4_facts:
+      description: Everything read from the host.
       returned: always
       type: dict
       contains:
-        release:
-          description: C(uname -r).
+        schema:
+          description: The record's format.
           returned: always
           type: str
-          sample: 6.1.0-50-cloud-amd64
-        proc_version:
-          description: C(/proc/version).
-          returned: always
-          type: str
-        version_signature:
-          description: C(/proc/version_signature) (Ubuntu), or null.
-          returned: always
-          type: str
-        os_release:
-          description: ID, ID_LIKE, VERSION_ID and PRETTY_NAME of C(/etc/os-release), those present.
-          returned: always
-          type: dict
-        page_size:
-          description: The page size in bytes.
-          returned: always
-          type: int
-          sample: 4096
-        vendor:
-          description: Whose kernel it is (debian, ubuntu, rhel, mainline, ...).
-          returned: always
-          type: str
-          sample: debian
-        upstream:
-          description: The upstream (kernel.org) version, or null when it cannot be told.
-          returned: always
-          type: str
-          sample: 6.1.170
-        vendor_version:
-          description: The vendor's full version-release (compared rpm-style for backporting vendors), or null.
-          returned: always
-          type: str
-        backports:
-          description: Whether the vendor backports fixes (the upstream version alone does not decide).
-          returned: always
-          type: bool
-        notes:
-          description: Why a version could not be told, or how it was.
-          returned: always
-          type: list
-          elements: str
-    filesystems:
-      description: One entry per mounted ext2/3/4 superblock (bind mounts listed under bind_mounts).
-      returned: always
-      type: list
-      elements: dict
-      contains:
-        device:
-          description: The mounted device.
-          returned: always
-          type: str
-          sample: /dev/vda1
-        kernel_name:
-          description: The block device's kernel name (the C(/proc/fs/ext4/<name>) folder).
-          returned: always
-          type: str
-          sample: vda1
-        major:
-          description: Device major number.
-          returned: always
-          type: int
-        minor:
-          description: Device minor number.
-          returned: always
-          type: int
-        mountpoint:
-          description: Where it is mounted (unescaped).
-          returned: always
-          type: str
-          sample: /
-        fstype:
-          description: The filesystem type mounted (ext4, ext3, ext2).
-          returned: always
-          type: str
-        bind_mounts:
-          description: Other mount points of the same superblock.
-          returned: always
-          type: list
-          elements: str
-        mount_options:
-          description: Per-mount options of C(/proc/self/mountinfo).
-          returned: always
-          type: list
-          elements: str
-        super_options:
-          description: Super options of C(/proc/self/mountinfo).
-          returned: always
-          type: list
-          elements: str
-        options:
-          description: The options in effect, defaults included.
-          returned: always
-          type: list
-          elements: str
-        options_source:
-          description: Where RV(ext4_facts.filesystems[].options) came from (proc, or inferred when C(/proc/fs/ext4) is missing).
-          returned: always
-          type: str
-          sample: proc
-        options_kernel:
-          description: Which kernel version's defaults the options were inferred for, and why that one.
-          returned: when RV(ext4_facts.filesystems[].options_source) is inferred
-          type: dict
-          contains:
-            upstream:
-              description: The upstream kernel version whose defaults were used.
-              type: str
-              sample: 6.1.170
-            why:
-              description: Why that version (the running kernel's, or an assumed one).
-              type: str
-        device_bytes:
-          description: The block device's size in bytes (C(/sys/dev/block/<major>:<minor>/size)), or null.
-          returned: always
-          type: int
-        superblock:
-          description: C(dumpe2fs -h) facts, or null (O(superblock=false), or not readable; see errors).
+          sample: ext4-fleet-audit/facts/v1
+        kernel:
+          description: The running kernel, and the upstream version it corresponds to.
           returned: always
           type: dict
           contains:
-            # superblock fields: written by tools/module_return.py from ext4_parsers.superblock.SUPERBLOCK_FIELDS
-            block_count:
-              description: Blocks.
-              type: int
-            block_size:
-              description: Block size in bytes.
-              type: int
-            blocks_per_group:
-              description: Blocks per group.
-              type: int
-            inode_count:
-              description: Inodes.
-              type: int
-            free_inodes:
-              description: >-
-                Free inodes as the superblock last recorded them: exact in an image, which is not mounted; on a mounted
-                filesystem written back at unmount, freeze or error (its usage has the live count).
-              type: int
-            free_blocks:
-              description: Free blocks as the superblock last recorded them (like free_inodes).
-              type: int
-            reserved_block_count:
-              description: Blocks reserved for root.
-              type: int
-            inode_size:
-              description: Inode size in bytes.
-              type: int
-            features:
-              description: Filesystem features.
-              type: list
-              elements: str
-            default_mount_options:
-              description: Default mount options stored in the superblock.
-              type: list
-              elements: str
-            mount_options:
-              description: Mount options stored in the superblock (tune2fs -E mount_opts).
-              type: list
-              elements: str
-            errors_behavior:
-              description: What the filesystem does on an error (continue, remount-ro, panic).
+            release:
+              description: C(uname -r).
+              returned: always
               type: str
-            state:
-              description: Filesystem state.
+              sample: 6.1.0-50-cloud-amd64
+            proc_version:
+              description: C(/proc/version).
+              returned: always
               type: str
-            error_count:
-              description: Filesystem errors the superblock records (0 when none).
-              type: int
-            journal_bytes:
-              description: Journal size in bytes, or null without a journal.
-              type: int
-            journal_blocks:
-              description: Journal size in blocks, or null.
-              type: int
-            journal_device:
-              description: External journal device, or null.
+            version_signature:
+              description: C(/proc/version_signature) (Ubuntu), or null.
+              returned: always
               type: str
-            journal_features:
-              description: Journal features.
-              type: list
-              elements: str
-            fast_commit_blocks:
-              description: Fast-commit area in blocks, or null.
-              type: int
-            raid_stride:
-              description: RAID stride (0 when not set).
-              type: int
-            raid_stripe_width:
-              description: RAID stripe width (0 when not set).
-              type: int
-            e2fsprogs_fields:
-              description: >-
-                Which journal field names this e2fsprogs version printed (total or legacy; they changed across
-                versions).
-              type: str
-            # end of the superblock fields
-        usage:
-          description: >-
-            Live block and inode counts of C(statvfs) on the mount point (what C(df) and C(df -i) show), or null
-            (not readable, see errors; a mount point below a network mount or covered by a later mount is not asked).
-          returned: always
-          type: dict
-          contains:
-            block_size:
-              description: The unit of the block counts, in bytes (C(f_frsize)).
+            os_release:
+              description: ID, ID_LIKE, VERSION_ID, PRETTY_NAME, IMAGE_ID and IMAGE_VERSION of C(/etc/os-release), those present.
+              returned: always
+              type: dict
+            page_size:
+              description: The page size in bytes.
+              returned: always
               type: int
               sample: 4096
-            blocks:
-              description: Blocks of the filesystem (C(f_blocks)).
-              type: int
-            blocks_free:
-              description: Free blocks, the reserved ones included (C(f_bfree)).
-              type: int
-            blocks_avail:
-              description: Blocks free for unprivileged users (C(f_bavail)); 0 means they get ENOSPC.
-              type: int
-            inodes:
-              description: Inodes of the filesystem (C(f_files)).
-              type: int
-            inodes_free:
-              description: Free inodes (C(f_ffree)).
-              type: int
-        jbd2:
-          description: Live journal statistics of C(/proc/fs/jbd2/<dev>-8/info) (numbers, units in the key names), or null.
-          returned: always
-          type: dict
-          contains:
-            transactions:
-              description: Transactions seen.
-              type: int
-            requested:
-              description: Transactions requested, or null.
-              type: int
-            max_transaction_blocks:
-              description: Largest transaction, in blocks.
-              type: int
-            waiting_for_transaction_ms:
-              description: Average wait for a transaction, ms.
-              type: int
-            request_delay_ms:
-              description: Average request delay, ms.
-              type: int
-            running_transaction_ms:
-              description: Average time a transaction runs, ms.
-              type: int
-            transaction_was_being_locked_ms:
-              description: Average time a transaction was being locked, ms.
-              type: int
-            flushing_data_in_ordered_mode_ms:
-              description: Average time flushing data (data=ordered), ms.
-              type: int
-            logging_transaction_ms:
-              description: Average time logging a transaction, ms.
-              type: int
-            average_transaction_commit_time_us:
-              description: Average commit time, microseconds.
-              type: int
-            handles_per_transaction:
-              description: Average handles per transaction.
-              type: int
-            blocks_per_transaction:
-              description: Average blocks per transaction.
-              type: int
-            logged_blocks_per_transaction:
-              description: Average logged blocks per transaction.
-              type: int
-        fstab:
-          description: The fstab entry for this mount point, or null.
-          returned: always
-          type: dict
-          contains:
-            spec:
-              description: The entry's device field.
+            vendor:
+              description: Whose kernel it is (debian, ubuntu, rhel, mainline, ...).
+              returned: always
               type: str
-            fstype:
-              description: The entry's type field.
+              sample: debian
+            upstream:
+              description: The upstream (kernel.org) version, or null when it cannot be told.
+              returned: always
               type: str
-            options:
-              description: The entry's options.
+              sample: 6.1.170
+            vendor_version:
+              description: The vendor's full version-release (compared rpm-style for backporting vendors), or null.
+              returned: always
+              type: str
+            backports:
+              description: Whether the vendor backports fixes (the upstream version alone does not decide).
+              returned: always
+              type: bool
+            notes:
+              description: Why a version could not be told, or how it was.
+              returned: always
               type: list
               elements: str
-            line:
-              description: The entry's line number.
-              type: int
-        fstab_drift:
-          description: What fstab asks for that is not in effect.
+        filesystems:
+          description: One entry per mounted ext2/3/4 superblock (bind mounts listed under bind_mounts).
           returned: always
           type: list
           elements: dict
           contains:
-            option:
-              description: The option name.
-              type: str
-            wanted:
-              description: What fstab asks for.
-              type: str
-            effective:
-              description: What is in effect, or null when the option is not.
-              type: str
-        queue:
-          description: The backing device's queue facts, or null (no queue folder).
-          returned: always
-          type: dict
-          contains:
             device:
-              description: The device whose queue this is (the whole disk for a partition).
+              description: The mounted device.
+              returned: always
               type: str
-            rotational:
-              description: 1 for a spinning disk.
+              sample: /dev/vda1
+            kernel_name:
+              description: The block device's kernel name (the C(/proc/fs/ext4/<name>) folder).
+              returned: always
+              type: str
+              sample: vda1
+            major:
+              description: Device major number.
+              returned: always
               type: int
-            write_cache:
-              description: The write cache mode (write back, write through).
-              type: str
-            discard_max_bytes:
-              description: Largest discard, in bytes (0 without discard).
+            minor:
+              description: Device minor number.
+              returned: always
               type: int
-            optimal_io_size:
-              description: The optimal I/O size in bytes (0 when the device gives none).
+            mountpoint:
+              description: Where it is mounted (unescaped).
+              returned: always
+              type: str
+              sample: /
+            fstype:
+              description: The filesystem type mounted (ext4, ext3, ext2).
+              returned: always
+              type: str
+            bind_mounts:
+              description: Other mount points of the same superblock.
+              returned: always
+              type: list
+              elements: str
+            mount_options:
+              description: Per-mount options of C(/proc/self/mountinfo).
+              returned: always
+              type: list
+              elements: str
+            super_options:
+              description: Super options of C(/proc/self/mountinfo).
+              returned: always
+              type: list
+              elements: str
+            options:
+              description: The options in effect, defaults included.
+              returned: always
+              type: list
+              elements: str
+            options_source:
+              description: Where RV(ansible_facts.ext4_facts.filesystems[].options) came from (proc, or inferred when C(/proc/fs/ext4) is missing).
+              returned: always
+              type: str
+              sample: proc
+            options_kernel:
+              description: Which kernel version's defaults the options were inferred for, and why that one.
+              returned: when RV(ansible_facts.ext4_facts.filesystems[].options_source) is inferred
+              type: dict
+              contains:
+                upstream:
+                  description: The upstream kernel version whose defaults were used.
+                  type: str
+                  sample: 6.1.170
+                why:
+                  description: Why that version (the running kernel's, or an assumed one).
+                  type: str
+            device_bytes:
+              description: The block device's size in bytes (C(/sys/dev/block/<major>:<minor>/size)), or null.
+              returned: always
               type: int
-            model:
-              description: The disk's model (sysfs C(device/model)), or null.
-              type: str
-            kind:
-              description: What the whole disk is (md-raid, device-mapper, loop, virtual, disk).
-              type: str
-              sample: virtual
-    netfs:
-      description: Network filesystem mounts.
-      returned: always
-      type: list
-      elements: dict
-      contains:
-        mountpoint:
-          description: Where it is mounted.
-          type: str
-        fstype:
-          description: Its type (nfs4, cifs, fuse.sshfs, ...).
-          type: str
-        source:
-          description: The mount source.
-          type: str
-        options:
-          description: Per-mount and super options.
+            superblock:
+              description: C(dumpe2fs -h) facts, or null (O(superblock=false), or not readable; see errors).
+              returned: always
+              type: dict
+              contains:
+                # superblock fields: written by tools/module_return.py from ext4_parsers.superblock.SUPERBLOCK_FIELDS
+                block_count:
+                  description: Blocks.
+                  type: int
+                block_size:
+                  description: Block size in bytes.
+                  type: int
+                blocks_per_group:
+                  description: Blocks per group.
+                  type: int
+                inode_count:
+                  description: Inodes.
+                  type: int
+                free_inodes:
+                  description: >-
+                    Free inodes as the superblock last recorded them: exact in an image, which is not mounted; on a
+                    mounted filesystem written back at unmount, freeze or error (its usage has the live count).
+                  type: int
+                free_blocks:
+                  description: Free blocks as the superblock last recorded them (like free_inodes).
+                  type: int
+                reserved_block_count:
+                  description: Blocks reserved for root.
+                  type: int
+                inode_size:
+                  description: Inode size in bytes.
+                  type: int
+                features:
+                  description: Filesystem features.
+                  type: list
+                  elements: str
+                default_mount_options:
+                  description: Default mount options stored in the superblock.
+                  type: list
+                  elements: str
+                mount_options:
+                  description: Mount options stored in the superblock (tune2fs -E mount_opts).
+                  type: list
+                  elements: str
+                errors_behavior:
+                  description: What the filesystem does on an error (continue, remount-ro, panic).
+                  type: str
+                state:
+                  description: Filesystem state.
+                  type: str
+                error_count:
+                  description: Filesystem errors the superblock records (0 when none).
+                  type: int
+                journal_bytes:
+                  description: Journal size in bytes, or null without a journal.
+                  type: int
+                journal_blocks:
+                  description: Journal size in blocks, or null.
+                  type: int
+                journal_device:
+                  description: External journal device, or null.
+                  type: str
+                journal_features:
+                  description: Journal features.
+                  type: list
+                  elements: str
+                fast_commit_blocks:
+                  description: Fast-commit area in blocks, or null.
+                  type: int
+                raid_stride:
+                  description: RAID stride (0 when not set).
+                  type: int
+                raid_stripe_width:
+                  description: RAID stripe width (0 when not set).
+                  type: int
+                e2fsprogs_fields:
+                  description: >-
+                    Which journal field names this e2fsprogs version printed (total or legacy; they changed across
+                    versions).
+                  type: str
+                # end of the superblock fields
+            usage:
+              description: >-
+                Live block and inode counts of C(statvfs) on the mount point (what C(df) and C(df -i) show), or null
+                (not readable, see errors; a mount point below a network mount or covered by a later mount is not asked).
+              returned: always
+              type: dict
+              contains:
+                block_size:
+                  description: The unit of the block counts, in bytes (C(f_frsize)).
+                  type: int
+                  sample: 4096
+                blocks:
+                  description: Blocks of the filesystem (C(f_blocks)).
+                  type: int
+                blocks_free:
+                  description: Free blocks, the reserved ones included (C(f_bfree)).
+                  type: int
+                blocks_avail:
+                  description: Blocks free for unprivileged users (C(f_bavail)); 0 means they get ENOSPC.
+                  type: int
+                inodes:
+                  description: Inodes of the filesystem (C(f_files)).
+                  type: int
+                inodes_free:
+                  description: Free inodes (C(f_ffree)).
+                  type: int
+            jbd2:
+              description: Live journal statistics of C(/proc/fs/jbd2/<dev>-8/info) (numbers, units in the key names), or null.
+              returned: always
+              type: dict
+              contains:
+                transactions:
+                  description: Transactions seen.
+                  type: int
+                requested:
+                  description: Transactions requested, or null.
+                  type: int
+                max_transaction_blocks:
+                  description: Largest transaction, in blocks.
+                  type: int
+                waiting_for_transaction_ms:
+                  description: Average wait for a transaction, ms.
+                  type: int
+                request_delay_ms:
+                  description: Average request delay, ms.
+                  type: int
+                running_transaction_ms:
+                  description: Average time a transaction runs, ms.
+                  type: int
+                transaction_was_being_locked_ms:
+                  description: Average time a transaction was being locked, ms.
+                  type: int
+                flushing_data_in_ordered_mode_ms:
+                  description: Average time flushing data (data=ordered), ms.
+                  type: int
+                logging_transaction_ms:
+                  description: Average time logging a transaction, ms.
+                  type: int
+                average_transaction_commit_time_us:
+                  description: Average commit time, microseconds.
+                  type: int
+                handles_per_transaction:
+                  description: Average handles per transaction.
+                  type: int
+                blocks_per_transaction:
+                  description: Average blocks per transaction.
+                  type: int
+                logged_blocks_per_transaction:
+                  description: Average logged blocks per transaction.
+                  type: int
+            fstab:
+              description: The fstab entry for this mount point, or null.
+              returned: always
+              type: dict
+              contains:
+                spec:
+                  description: The entry's device field.
+                  type: str
+                fstype:
+                  description: The entry's type field.
+                  type: str
+                options:
+                  description: The entry's options.
+                  type: list
+                  elements: str
+                line:
+                  description: The entry's line number.
+                  type: int
+            fstab_drift:
+              description: What fstab asks for that is not in effect.
+              returned: always
+              type: list
+              elements: dict
+              contains:
+                option:
+                  description: The option name.
+                  type: str
+                wanted:
+                  description: What fstab asks for.
+                  type: str
+                effective:
+                  description: What is in effect, or null when the option is not.
+                  type: str
+            queue:
+              description: The backing device's queue facts, or null (no queue folder).
+              returned: always
+              type: dict
+              contains:
+                device:
+                  description: The device whose queue this is (the whole disk for a partition).
+                  type: str
+                rotational:
+                  description: 1 for a spinning disk.
+                  type: int
+                write_cache:
+                  description: The write cache mode (write back, write through).
+                  type: str
+                discard_max_bytes:
+                  description: Largest discard, in bytes (0 without discard).
+                  type: int
+                optimal_io_size:
+                  description: The optimal I/O size in bytes (0 when the device gives none).
+                  type: int
+                model:
+                  description: The disk's model (sysfs C(device/model)), or null.
+                  type: str
+                kind:
+                  description: What the whole disk is (md-raid, device-mapper, loop, virtual, disk).
+                  type: str
+                  sample: virtual
+        netfs:
+          description: Network filesystem mounts.
+          returned: always
           type: list
-          elements: str
-    not_audited:
-      description: >-
-        Local filesystems of other types that the audit does not check (xfs, btrfs, vfat, an overlay or tmpfs
-        root, ...): block-device-backed ones, btrfs, ZFS and bcachefs, and whatever is mounted at C(/); not
-        pseudo filesystems (proc, sysfs, cgroup, tmpfs elsewhere) nor read-only images (squashfs, iso9660).
-      returned: always
-      type: list
-      elements: dict
-      contains:
-        mountpoint:
-          description: Where it is mounted (the first mount point of a filesystem mounted more than once).
-          type: str
-        fstype:
-          description: Its type.
-          type: str
-          sample: xfs
-        source:
-          description: The mount source (a device, a ZFS dataset, C(overlay), ...).
-          type: str
-    errors:
-      description: What could not be read, with the reason.
-      returned: always
-      type: list
-      elements: dict
-      contains:
-        where:
-          description: What was being read (e.g. C(filesystem /)).
-          type: str
-        reason:
-          description: Why it failed.
-          type: str
+          elements: dict
+          contains:
+            mountpoint:
+              description: Where it is mounted.
+              type: str
+            fstype:
+              description: Its type (nfs4, cifs, fuse.sshfs, ...).
+              type: str
+            source:
+              description: The mount source.
+              type: str
+            options:
+              description: Per-mount and super options.
+              type: list
+              elements: str
+        not_audited:
+          description: >-
+            Local filesystems of other types that the audit does not check (xfs, btrfs, vfat, an overlay or tmpfs
+            root, ...): block-device-backed ones, btrfs, ZFS and bcachefs, and whatever is mounted at C(/); not
+            pseudo filesystems (proc, sysfs, cgroup, tmpfs elsewhere) nor read-only images (squashfs, iso9660).
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            mountpoint:
+              description: Where it is mounted (the first mount point of a filesystem mounted more than once).
+              type: str
+            fstype:
+              description: Its type.
+              type: str
+              sample: xfs
+            source:
+              description: The mount source (a device, a ZFS dataset, C(overlay), ...).
+              type: str
+        errors:
+          description: What could not be read, with the reason.
+          returned: always
+          type: list
+          elements: dict
+          contains:
+            where:
+              description: What was being read (e.g. C(filesystem /)).
+              type: str
+            reason:
+              description: Why it failed.
+              type: str
 """
 
 import glob
@@ -471,7 +481,7 @@ from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers.kerne
 from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers.mounts import (
     not_audited, option_map, parse_ext4_options, parse_mountinfo,
 )
-from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers.os_files import parse_os_release
+from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers.os_files import os_release_kept, parse_os_release
 from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers.superblock import (
     parse_dumpe2fs, parse_jbd2_info, volume_kind,
 )
@@ -525,8 +535,7 @@ class Collector:
         info.update({
             "proc_version": proc_version.strip(),
             "version_signature": signature.strip() or None,
-            "os_release": dict((k, os_release[k]) for k in ("ID", "ID_LIKE", "VERSION_ID", "PRETTY_NAME")
-                               if k in os_release),
+            "os_release": os_release_kept(os_release),
             "page_size": os.sysconf("SC_PAGE_SIZE"),
         })
         return info
@@ -758,7 +767,7 @@ def main():
         ),
         supports_check_mode=True,
     )
-    module.exit_json(changed=False, ext4_facts=Collector(module).collect())
+    module.exit_json(changed=False, ansible_facts={"ext4_facts": Collector(module).collect()})
 
 
 if __name__ == "__main__":

@@ -144,7 +144,7 @@ ext4_image_facts:
           returned: always
           type: str
         os_release:
-          description: ID, ID_LIKE, VERSION_ID and PRETTY_NAME of the image's C(/etc/os-release), those present.
+          description: ID, ID_LIKE, VERSION_ID, PRETTY_NAME, IMAGE_ID and IMAGE_VERSION of the image's C(/etc/os-release), those present.
           returned: always
           type: dict
         page_size:

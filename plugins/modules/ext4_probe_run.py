@@ -92,12 +92,11 @@ import fcntl
 import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.ext4audit.fleet.plugins.module_utils.capped_command import run_capped
 
 FILES = ("ext4_probe.pyz", "job.json")
 EARLIER_FILES = ("ext4_probe.py", "ext4_parsers.py")  # the code as versions before the payload wrote it
@@ -188,7 +187,8 @@ def remove(dir_fd, path):
     os.rmdir(path)
 
 
-def run_probe(params: dict, dir_fd: int, workdir: str) -> dict:
+def run_probe(module: AnsibleModule, dir_fd: int, workdir: str) -> dict:
+    params = module.params
     # binascii.Error on anything but base64 is a ValueError: the module fails with it
     write(dir_fd, "ext4_probe.pyz", base64.b64decode(params["probe"], validate=True))
     job = dict(params["job"], progress_file=os.path.join(workdir, "progress.log"))
@@ -196,12 +196,13 @@ def run_probe(params: dict, dir_fd: int, workdir: str) -> dict:
     # -I: no PYTHON* variables, user site or script directory on the path of code run as root;
     # -S: no site-packages (the probe is standard library only; a venv's .pth files cost 50 ms);
     # -B: no __pycache__ beside the probe, so there is nothing but FILES to remove.
-    with tempfile.TemporaryFile() as stderr:
-        rc = subprocess.call([sys.executable, "-I", "-S", "-B", os.path.join(workdir, "ext4_probe.pyz"), "run",
-                              os.path.join(workdir, "job.json"), os.path.join(workdir, "result.json")],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
-        stderr.seek(max(0, stderr.tell() - STDERR_TAIL))
-        stderr_lines = stderr.read().decode("utf-8", "replace").splitlines()
+    # No timeout of its own and in the module's process group: the async job's timeout kills both.
+    # It prints nothing on stdout; of stderr only the last STDERR_TAIL bytes are kept.
+    rc, _out, stderr, _over = run_capped(
+        module, [sys.executable, "-I", "-S", "-B", os.path.join(workdir, "ext4_probe.pyz"), "run",
+                 os.path.join(workdir, "job.json"), os.path.join(workdir, "result.json")],
+        0, STDERR_TAIL, None, drain=True, stderr_tail=True, own_session=False)
+    stderr_lines = stderr.splitlines()
     raw = read(dir_fd, "result.json", RESULT_MAX)
     if raw is not None and len(raw) > RESULT_MAX:
         raise ValueError("result.json is larger than %d bytes" % RESULT_MAX)
@@ -231,7 +232,7 @@ def main():
     except OSError as exc:
         module.fail_json(msg="cannot make the probe's private directory %s: %s" % (workdir, exc))
     try:
-        outcome = run_probe(module.params, dir_fd, workdir)
+        outcome = run_probe(module, dir_fd, workdir)
     except (OSError, ValueError) as exc:
         outcome = dict(failed=True, msg="probe in %s: %s" % (workdir, exc))
     try:

@@ -21,7 +21,7 @@ def test_a_live_facts_record_has_exactly_the_listed_paths(loopfs, sshfs_mount, t
     made = loopfs.make("facts", mount_options="nodelalloc,commit=30,stripe=8,journal_async_commit,data=writeback")
     fstab = tmp_path / "fstab"
     fstab.write_text("%s %s ext4 defaults,nodelalloc 0 2\n" % (made["device"], made["mountpoint"]))
-    record = run_module("fstab_path=%s" % fstab, tmp_path)["ext4_facts"]
+    record = run_module("fstab_path=%s" % fstab, tmp_path)["ansible_facts"]["ext4_facts"]
     fs, = [f for f in record["filesystems"] if f["mountpoint"] == made["mountpoint"]]
     netfs, = [f for f in record["netfs"] if f["mountpoint"] == sshfs_mount]
 

@@ -121,7 +121,7 @@ def test_installed_collection_audits_probes_reports_and_gates(installed, loopfs,
     [record] = [load_json(path) for path in glob.glob(str(work / "reports" / "latest" / "facts" / "*.json"))]
     assert any(fs["jbd2"] for fs in record["facts"]["filesystems"])
     doc = module_return_doc(str(installed["collection_dir"] / "plugins" / "modules" / "ext4_facts.py"))
-    assert undocumented({"ext4_facts": record["facts"]}, doc, "result") == []
+    assert undocumented({"ansible_facts": {"ext4_facts": record["facts"]}}, doc, "result") == []
 
     # The gate: a finding at or above `low` (discard's) fails the run, exit non-zero.
     failed = subprocess.run(argv[:-1] + ["ext4_audit_fail_on=low", "-e", "chopper_probe_enabled=false"],

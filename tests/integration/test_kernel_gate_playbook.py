@@ -29,10 +29,10 @@ def gate_inventory(loopfs, tmp_path):
     return str(inventory)
 
 
-def gate(inventory, reports, candidate):
+def gate(inventory, reports, candidate, *extra):
     return ansible_playbook("-i", inventory, "playbooks/kernel_gate.yml", "-e", "ext4_audit_reports_dir=%s" % reports,
                             "-e", "kernel_gate_baseline=baseline", "-e", "kernel_gate_candidate=%s" % candidate,
-                            "-e", "ext4_audit_fail_on=critical")
+                            "-e", "ext4_audit_fail_on=critical", *extra)
 
 
 def test_same_configuration_passes_and_risky_option_set_fails(gate_inventory, tmp_path):
@@ -55,3 +55,26 @@ def test_same_configuration_passes_and_risky_option_set_fails(gate_inventory, tm
     assert md.startswith("## Kernel gate: FAIL") and "Wilcoxon" in md
     for name in ("baseline", "same", "risky"):
         assert not os.path.exists("/dev/shm/ext4-audit-gate-%s-%d" % (name, os.getpid()))
+
+
+def test_a_limit_by_group_gates_its_two_hosts_and_one_that_drops_either_is_refused(gate_inventory, tmp_path):
+    """--limit filters every play, localhost's too: the prepare and compare steps still run on the
+    controller when the limit names only the group of the two hosts; the host outside it (one nobody
+    answers for) is never contacted."""
+    hosts = json.loads(open(gate_inventory).read())["all"]
+    gone = {"ansible_host": "127.0.0.1", "ansible_port": 9, "ansible_connection": "ssh",  # port 9: refused at once
+            "ansible_ssh_common_args": "-o ConnectTimeout=3 -o StrictHostKeyChecking=no -o BatchMode=yes"}
+    inventory = tmp_path / "grouped.yml"
+    inventory.write_text(json.dumps({"all": {"vars": hosts["vars"], "children": {
+        "pair": {"hosts": {"baseline": hosts["hosts"]["baseline"], "same": hosts["hosts"]["same"]}},
+        "other": {"hosts": {"gone": gone}}}}}))
+    rc, out = gate(str(inventory), tmp_path / "limited", "same", "--limit", "pair")
+    assert rc == 0, out
+    run_dir = os.path.join(str(tmp_path / "limited"), "latest")
+    assert load_json(os.path.join(run_dir, "kernel_gate.json"))["verdict"] == "pass"
+    assert sorted(h["host"] for h in load_json(os.path.join(run_dir, "summary.json"))["hosts"]) == ["baseline", "same"]
+    assert "gone" not in out, out
+
+    rc, out = gate(str(inventory), tmp_path / "half", "same", "--limit", "baseline")
+    assert rc != 0 and "both within --limit" in " ".join(out.split()), out
+    assert not (tmp_path / "half").exists()  # refused before the run folder or any probe

@@ -21,7 +21,7 @@ CATALOG = catalog_mod.load()
 
 def facts_of(tmp_path, mountpoint):
     """The module's record, and this filesystem's part of it."""
-    record = run_module("fstab_path=/dev/null", tmp_path)["ext4_facts"]
+    record = run_module("fstab_path=/dev/null", tmp_path)["ansible_facts"]["ext4_facts"]
     fs, = [fs for fs in record["filesystems"] if fs["mountpoint"] == mountpoint]
     return record, fs
 
@@ -119,7 +119,7 @@ def test_a_real_xfs_is_listed_as_not_audited_in_the_host_report_and_the_terminal
     run(["mount", "--bind", mnt, bind])  # the same filesystem again: listed once
     loopfs.mounts.append(bind)
 
-    record = run_module("fstab_path=/dev/null", tmp_path)["ext4_facts"]
+    record = run_module("fstab_path=/dev/null", tmp_path)["ansible_facts"]["ext4_facts"]
     assert [m for m in record["not_audited"] if m["source"] == loop] == [
         {"mountpoint": mnt, "fstype": "xfs", "source": loop}]
     assert not [fs for fs in record["filesystems"] if fs["mountpoint"] in (mnt, bind)]

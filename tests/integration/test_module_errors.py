@@ -31,7 +31,7 @@ def test_superblock_problems_become_errors(loopfs, tmp_path, dumpe2fs, reason):
     made = loopfs.make("plain", size="256M")
     result = run_module("dumpe2fs=%s" % dumpe2fs, tmp_path)
     assert result["changed"] is False and result.get("failed", False) is False
-    facts = result["ext4_facts"]
+    facts = result["ansible_facts"]["ext4_facts"]
     mine = [fs for fs in facts["filesystems"] if fs["mountpoint"] == made["mountpoint"]][0]
     assert mine["superblock"] is None
     assert mine["options_source"] == "proc" and "data=ordered" in mine["options"]
@@ -40,11 +40,11 @@ def test_superblock_problems_become_errors(loopfs, tmp_path, dumpe2fs, reason):
 
 
 def test_unreadable_and_malformed_fstab(tmp_path):
-    missing = run_module("fstab_path=%s superblock=false" % (tmp_path / "nope"), tmp_path)["ext4_facts"]
+    missing = run_module("fstab_path=%s superblock=false" % (tmp_path / "nope"), tmp_path)["ansible_facts"]["ext4_facts"]
     assert [e for e in missing["errors"] if e["where"] == "fstab" and "No such file" in e["reason"]]
     bad = tmp_path / "fstab"
     bad.write_text("/dev/sda1 /only-two\nUUID=x / ext4 defaults 0 1\n")
-    facts = run_module("fstab_path=%s superblock=false" % bad, tmp_path)["ext4_facts"]
+    facts = run_module("fstab_path=%s superblock=false" % bad, tmp_path)["ansible_facts"]["ext4_facts"]
     assert [e for e in facts["errors"] if "fstab line 1 has 2 fields" in e["reason"]]
 
 
@@ -64,7 +64,7 @@ def test_volume_facts_reach_the_new_rules(loopfs, tmp_path):
     from ext4audit.rules import catalog as catalog_mod, engine
     striped = loopfs.make("striped", size="256M", mkfs_args=["-E", "stride=16,stripe_width=64"])
     unjournalled = loopfs.make("noload", size="256M", mount_options="noload")
-    facts = run_module("fstab_path=%s" % (tmp_path / "nope"), tmp_path)["ext4_facts"]
+    facts = run_module("fstab_path=%s" % (tmp_path / "nope"), tmp_path)["ansible_facts"]["ext4_facts"]
     mine = dict((fs["mountpoint"], fs) for fs in facts["filesystems"])
     fs = mine[striped["mountpoint"]]
     assert fs["queue"]["kind"] == "loop" and fs["queue"]["optimal_io_size"] == 0

@@ -17,7 +17,6 @@ from ext4audit.parsers import probe_payload
 
 pytestmark = needs_root
 
-MODULE = os.path.join(ROOT, "plugins", "modules", "ext4_probe_run.py")
 AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 
 
@@ -25,8 +24,9 @@ def run_module(tmp_path, workdir, job):
     args = {"workdir": workdir, "job": job, "probe": base64.b64encode(probe_payload.build()).decode("ascii")}
     args_file = tmp_path / "args.json"  # the code is larger than one command-line argument may be
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    proc = subprocess.run([sys.executable, MODULE, str(args_file)],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", "import image_module, sys; image_module.run_module('ext4_probe_run', sys.argv[1])",
+                           str(args_file)], cwd=os.path.join(ROOT, "tests"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          timeout=60)
     return json.loads(proc.stdout.decode())
 
 

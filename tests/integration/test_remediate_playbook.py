@@ -6,8 +6,10 @@ and only on an unmounted filesystem; a night of the results store shows the same
 its run folder."""
 
 import glob
+import json
 import os
 import re
+import sys
 
 from conftest import ROOT, VENV_BIN, ansible_playbook, load_host_report, needs_root, run
 
@@ -151,3 +153,30 @@ def test_check_diff_from_a_night_of_the_store(loopfs, tmp_path):
     assert "+%s  %s  ext4  noatime,commit=5  0 2" % (fs["device"], fs["mountpoint"]) in shown["store"], shown
     assert shown["store"] == shown["folder"]
     assert fstab.read_text() == text and "commit=5" in options_of(fs["device"])
+
+
+def test_a_limit_by_group_remediates_that_group_and_gates_its_re_audit(loopfs, tmp_path):
+    """--limit filters every play, localhost's too: the input check, the re-audit's report and the
+    gate still run on the controller when the limit names only a group. The host outside it (one
+    nobody answers for) is never contacted; the pending data mode fails the re-audit's gate."""
+    live = loopfs.make("live", mount_options="commit=120")
+    later = loopfs.make("later", mount_options="data=writeback")
+    fstab = tmp_path / "fstab"
+    fstab.write_text("%s %s ext4 commit=120 0 2\n%s %s ext4 data=writeback 0 2\n" % (
+        live["device"], live["mountpoint"], later["device"], later["mountpoint"]))
+    (tmp_path / "waivers.yml").write_text("waivers: []\n")
+    gone = {"ansible_host": "127.0.0.1", "ansible_port": 9, "ansible_connection": "ssh",  # port 9: refused at once
+            "ansible_ssh_common_args": "-o ConnectTimeout=3 -o StrictHostKeyChecking=no -o BatchMode=yes"}
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(json.dumps({"all": {"vars": {"ext4_audit_become": False}, "children": {
+        "web": {"hosts": {"web-1": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}}},
+        "db": {"hosts": {"db-gone": gone}}}}}))
+    rc, out, reports = remediate(tmp_path, str(fstab), "-i", str(inventory), "--limit", "web")
+    assert rc != 0, out
+    assert re.search(r"EXT4_LONG_COMMIT on %s: fixed" % re.escape(live["mountpoint"]), out), out
+    assert re.search(r"EXT4_DATA_WRITEBACK on %s: pending \(next_mount\)" % re.escape(later["mountpoint"]), out), out
+    assert "commit=5" in options_of(live["device"])
+    assert "TASK [Gate the re-audit's run folder]" in out and "db-gone" not in out, out
+    runs = [load_json(path) for path in glob.glob(str(reports / "*" / "summary.json"))
+            if not os.path.islink(os.path.dirname(path))]  # the audit's and the re-audit's, not latest
+    assert len(runs) == 2 and all([h["host"] for h in run["hosts"]] == ["web-1"] for run in runs), runs

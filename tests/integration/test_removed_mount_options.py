@@ -40,7 +40,7 @@ def test_a_mounted_filesystem_whose_fstab_names_noacl(loopfs, tmp_path):
     made = loopfs.make("noacl", size="64M")
     fstab = tmp_path / "fstab"
     fstab.write_text("%s %s ext4 defaults,noacl 0 2\n" % (made["device"], made["mountpoint"]))
-    facts = run_module("fstab_path=%s" % fstab, tmp_path)["ext4_facts"]
+    facts = run_module("fstab_path=%s" % fstab, tmp_path)["ansible_facts"]["ext4_facts"]
     findings = engine.evaluate_host(facts, catalog_mod.load())[0]
     refused, = [f for f in findings if f["rule"] == "EXT4_FSTAB_OPTION_REFUSED" and f["mountpoint"] == made["mountpoint"]]
     assert refused["severity"] == "high"

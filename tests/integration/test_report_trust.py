@@ -47,7 +47,7 @@ def filesystem(number, **extra):
 
 
 def answer(doc):
-    return json.dumps({"changed": False, "ext4_facts": doc})
+    return json.dumps({"changed": False, "ansible_facts": {"ext4_facts": doc}})
 
 
 # host -> (what its "Python" prints, the status it must end with, what its reason must say)
@@ -55,7 +55,8 @@ ANSWERS = {
     "skipped": ('{"skipped": true}', "failed", "skipped"),
     "surrogate": (answer(facts([filesystem(1, mountpoint="/srv/\\ud800")])).replace("\\\\ud800", "\\ud800"),
                   "failed", "invalid UTF8"),
-    "deep": ('{"changed": false, "ext4_facts": ' + "[" * 10000 + "]" * 10000 + "}", "failed", "recursion"),
+    "deep": ('{"changed": false, "ansible_facts": {"ext4_facts": ' + "[" * 10000 + "]" * 10000 + "}}", "failed",
+             "recursion"),
     "wrong-type": (answer(dict(facts(), filesystems="all of them")), "failed", "$.facts.filesystems"),
     "nan": (answer(facts([filesystem(1, superblock={"block_size": 4096, "block_count": float("nan")})])),
             "failed", "not finite"),

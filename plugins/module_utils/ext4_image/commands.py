@@ -117,7 +117,7 @@ class ImageBase:
         # the budget cuts a command short: then the budget, not the command, is what ran out
         by_budget, timeout = left < timeout, min(timeout, left)
         try:
-            return run_capped(argv, dict(os.environ, **ENV), limit, STDERR_KEPT, timeout, drain)
+            return run_capped(self.module, argv, limit, STDERR_KEPT, timeout, drain, environ_update=ENV)
         except CommandTimeout:
             raise self.too_slow(argv, timeout, by_budget) from None
 

@@ -17,6 +17,7 @@ from ..disk_formats import FormatError, QEMU_DRIVERS
 from ..disk_formats import identify as identify_format
 from ..ext4_parsers.common import FACTS_SCHEMA, ParseError
 from ..ext4_parsers.disk_image import parse_partition_table
+from ..ext4_parsers.os_files import os_release_kept
 from ..kernel_version import options_kernel
 from ..own_folders import claim
 from .commands import (
@@ -75,12 +76,8 @@ class ImageOpening(ImageBase):
                                "notes": [e["reason"] for e in self.errors if e["where"] == "kernel"]
                                or ["no kernel could be read from the image"],
                                "proc_version": None, "version_signature": None,
-                               "os_release": self.os_release_subset(os_release), "page_size": 4096, "source": "image"}
+                               "os_release": os_release_kept(os_release), "page_size": 4096, "source": "image"}
         return facts
-
-    @staticmethod
-    def os_release_subset(os_release):
-        return dict((k, os_release[k]) for k in ("ID", "ID_LIKE", "VERSION_ID", "PRETTY_NAME") if k in os_release)
 
     def check_image(self, path):
         """The format (disk_formats.identify), after refusing what is not a readable regular image

@@ -14,7 +14,7 @@ import stat
 from ..ext4_parsers.common import ParseError
 from ..ext4_parsers.disk_image import parse_bzimage_version, plain_image_path
 from ..ext4_parsers.os_files import (
-    image_identity, parse_build_info, parse_dpkg_status, parse_grub_first_kernel, parse_os_release,
+    image_identity, os_release_kept, parse_build_info, parse_dpkg_status, parse_grub_first_kernel, parse_os_release,
     release_sort_key,
 )
 from ..kernel_version import identify
@@ -112,7 +112,7 @@ class ImageSystem(ImageBase):
         info.update({
             "proc_version": "Linux version " + chosen["version"],
             "version_signature": None,
-            "os_release": self.os_release_subset(os_release),
+            "os_release": os_release_kept(os_release),
             "page_size": 4096,  # x86, the only kernel format read here
             "source": "image",
         })

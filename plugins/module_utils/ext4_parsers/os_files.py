@@ -11,6 +11,15 @@ __metaclass__ = type
 import re
 from typing import Dict, Iterable, List, Optional
 
+# The os-release fields a facts record keeps with the kernel: the distribution, and the image's own
+# name where it has one (IMAGE_ID, IMAGE_VERSION: the results store's image column names it so).
+OS_RELEASE_KEPT = ("ID", "ID_LIKE", "VERSION_ID", "PRETTY_NAME", "IMAGE_ID", "IMAGE_VERSION")
+
+
+def os_release_kept(os_release):
+    """The fields of a parsed os-release a facts record keeps (OS_RELEASE_KEPT), those present."""
+    return dict((key, os_release[key]) for key in OS_RELEASE_KEPT if key in os_release)
+
 
 def parse_os_release(text: str) -> Dict[str, str]:
     """Parse /etc/os-release (shell-style KEY=value, optionally quoted)."""
