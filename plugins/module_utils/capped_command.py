@@ -20,6 +20,7 @@ import signal
 import subprocess  # its Popen and TimeoutExpired types: run_command starts the command
 import sys
 import time
+from typing import Any, Optional
 
 # Run by the module's own Python between run_command's fork and the command, then replaced by the
 # command (exec: the same process): stdin from /dev/null, so that nothing waits on the module's
@@ -47,7 +48,7 @@ class _Capped:
     """The callback run_command calls with the command's process before it reads its pipes."""
 
     def __init__(self, limit, stderr_limit, timeout, drain, stderr_tail, own_session):
-        # type: (int, int, object, bool, bool, bool) -> None
+        # type: (int, int, Optional[float], bool, bool, bool) -> None
         self.limit, self.stderr_limit, self.drain, self.stderr_tail = limit, stderr_limit, drain, stderr_tail
         self.own_session = own_session
         self.deadline = None if timeout is None else time.monotonic() + timeout
@@ -55,7 +56,7 @@ class _Capped:
         self.over = self.timed_out = self.stopped_reading = False
 
     def left(self):
-        # type: () -> object
+        # type: () -> Optional[float]
         """Seconds to the deadline (None: no deadline)."""
         return None if self.deadline is None else max(self.deadline - time.monotonic(), 0)
 
@@ -80,6 +81,8 @@ class _Capped:
         """Reads both pipes to their end, or until the deadline, or (unless drain) until the output
         is over its cap; stopped_reading says it stopped before their end."""
         with selectors.DefaultSelector() as selector:
+            if proc.stdout is None or proc.stderr is None:  # run_command makes both pipes
+                raise ValueError("the command's output is not a pipe")
             selector.register(proc.stdout, selectors.EVENT_READ)
             selector.register(proc.stderr, selectors.EVENT_READ)
             while selector.get_map() and not (self.over and not self.drain):
@@ -133,7 +136,7 @@ def keep(kept, data, room, tail):
 
 def run_capped(module, argv, limit, stderr_limit, timeout, drain=False, environ_update=None, stderr_tail=False,
                own_session=True):
-    # type: (object, list, int, int, object, bool, object, bool, bool) -> tuple
+    # type: (Any, list, int, int, Optional[float], bool, Optional[dict], bool, bool) -> tuple
     """Run argv (a list, never a shell; nothing in it expanded) with module.run_command, for at most
     `timeout` seconds (None: no limit), keeping at most `limit` bytes of its output and `stderr_limit`
     of its errors (the last ones with stderr_tail). Returns (rc, out, err, over): over is True when

@@ -16,7 +16,7 @@ from typing import Dict, Iterable, List, Optional
 OS_RELEASE_KEPT = ("ID", "ID_LIKE", "VERSION_ID", "PRETTY_NAME", "IMAGE_ID", "IMAGE_VERSION")
 
 
-def os_release_kept(os_release):
+def os_release_kept(os_release: Dict[str, str]) -> Dict[str, str]:
     """The fields of a parsed os-release a facts record keeps (OS_RELEASE_KEPT), those present."""
     return dict((key, os_release[key]) for key in OS_RELEASE_KEPT if key in os_release)
 
