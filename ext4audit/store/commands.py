@@ -28,11 +28,14 @@ def add_report_options(parser: argparse.ArgumentParser) -> None:
     add_scope_options(parser)
 
 
-def add_scope_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scope-hosts", default="", metavar="PATTERN",
-                        help="the facts play's hosts pattern (ext4_audit_hosts), recorded as the run's scope with "
-                             "--scope-limit: the store's nightly diff compares nights of one scope (empty: unknown, "
-                             "compared with any)")
+RECORDED = ("the facts play's hosts pattern (ext4_audit_hosts), recorded as the run's scope with --scope-limit: the "
+            "store's nightly diff compares nights of one scope (empty: unknown, compared with any)")
+COUNTED = ("the nights counted: those of this scope (the facts play's hosts pattern, with --scope-limit) and those "
+           "recorded without one; default: the scope of the last complete night")
+
+
+def add_scope_options(parser: argparse.ArgumentParser, hosts_help: str = RECORDED) -> None:
+    parser.add_argument("--scope-hosts", default="", metavar="PATTERN", help=hosts_help)
     parser.add_argument("--scope-limit", default="", metavar="PATTERN", help="the run's --limit (ansible_limit)")
 
 
@@ -121,14 +124,17 @@ def add_history_parser(sub: Any) -> None:
     q = questions.add_parser("trend", help="per night: findings and hosts with one, of a rule or of all")
     q.add_argument("--rule")
     q.add_argument("--nights", type=int, default=30)
+    add_scope_options(q, COUNTED)
     q = questions.add_parser("images", help="per night: the hosts on each image (their os-release), or on --image")
     q.add_argument("--image", help="only this image (as `history images` names it): how many hosts still run it")
     q.add_argument("--nights", type=int, default=30)
+    add_scope_options(q, COUNTED)
     q = questions.add_parser("findings", help="each finding's first seen, last seen and resolved dates")
     q.add_argument("--host")
     q.add_argument("--rule")
     q = questions.add_parser("regressed", help="hosts with findings on the latest night they did not have at a date")
     q.add_argument("--since", required=True, metavar="DATE", help="2026-11-28 (end of that day) or a UTC stamp")
+    add_scope_options(q, COUNTED)
     questions.add_parser("time-to-fix", help="days from first seen to resolved, by rule and severity")
     q = questions.add_parser("prune", help="remove runs older than --keep-days")
     q.add_argument("--keep-days", type=int, default=history.DEFAULT_KEEP_DAYS,
@@ -156,13 +162,13 @@ def cmd_history(args: argparse.Namespace) -> int:
         elif question == "timeline":
             result = history.timeline(store, args.host, args.nights)
         elif question == "trend":
-            result = history.trend(store, args.rule, args.nights)
+            result = history.trend(store, args.rule, args.nights, run_scope(args) or history.latest_scope(store))
         elif question == "images":
-            result = history.images(store, args.image, args.nights)
+            result = history.images(store, args.image, args.nights, run_scope(args) or history.latest_scope(store))
         elif question == "findings":
             result = history.episodes(store, args.host, args.rule)
         elif question == "regressed":
-            result = history.regressed(store, args.since)
+            result = history.regressed(store, args.since, run_scope(args) or history.latest_scope(store))
         elif question == "time-to-fix":
             result = history.time_to_fix(store)
         elif question == "prune":

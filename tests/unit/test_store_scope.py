@@ -12,7 +12,7 @@ import pytest
 
 from ext4audit import finding_groups, markdown, reports, store as store_pkg
 from ext4audit.store import history, ingest, schema
-from test_store import CLEAN, NOBARRIER, cli, reported_run, store_url  # noqa: F401  (store_url: the fixture)
+from test_store import CLEAN, NIGHTS, NOBARRIER, cli, reported_run, store_url  # noqa: F401  (store_url: the fixture)
 from test_summary_md import host_reports, real_run, ten_thousand  # noqa: F401  (real_run: the fixture)
 
 
@@ -190,3 +190,32 @@ def test_a_store_of_schema_version_3_gets_images_unknown(tmp_path, store_url):  
     with schema.open_store(store_url) as store:
         assert history.images(store) == [{"run_id": "old", "generated_at": "2026-10-01T03:00:00Z", "image": "",
                                           "hosts": 2}]
+
+
+def test_history_trend_images_and_regressed_count_nights_of_one_scope(tmp_path, store_url):  # noqa: F811
+    """Whole nights with a --limit web night between them: `history trend`, `images` and
+    `regressed` count the nights of the last night's scope (or of the one asked for), as the
+    nightly diff compares them, never the web night among the whole fleet's."""
+    script = [("", [("db-1", NOBARRIER), ("web-1", CLEAN)]), ("web", [("web-1", CLEAN)]),
+              ("", [("db-1", NOBARRIER), ("web-1", NOBARRIER)])]
+    for number, (limit, fleet) in enumerate(script):
+        run_dir, _ = reported_run(tmp_path, "night-%d" % (number + 1), fleet, night=NIGHTS[number])
+        code, _, err = cli("history", "--store", store_url, "ingest", run_dir, "--scope-hosts", "all",
+                           "--scope-limit", limit)
+        assert code == 0, err
+
+    def ask(*question):
+        code, out, err = cli("history", "--store", store_url, "--json", *question)
+        assert code == 0, err
+        return json.loads(out)
+
+    assert [n["run_id"] for n in ask("trend")] == ["night-1", "night-3"]
+    assert [(n["run_id"], n["hosts"]) for n in ask("trend", "--rule", "EXT4_NOBARRIER")] == [
+        ("night-1", 1), ("night-3", 2)]
+    assert [n["run_id"] for n in ask("trend", "--scope-limit", "web")] == ["night-2"]
+    assert sorted(set(n["run_id"] for n in ask("images"))) == ["night-1", "night-3"]
+    assert [(n["run_id"], n["hosts"]) for n in ask("images", "--scope-hosts", "web")] == [("night-2", 1)]
+    # since night-2's date: compared with night-1 (db-1 had its finding then), not the web night
+    assert [(h["host"], h["since_run"]) for h in ask("regressed", "--since", NIGHTS[1][:10])] == [
+        ("web-1", "night-1")]
+    assert ask("regressed", "--since", NIGHTS[1][:10], "--scope-limit", "web") == []
