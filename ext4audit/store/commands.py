@@ -6,7 +6,7 @@ import functools
 import json
 import os
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .. import baseline, reports
 from . import DEFAULT_NAME, OFF, StoreError, display, history, ingest, location, schema, scope
@@ -45,14 +45,17 @@ def run_scope(args: argparse.Namespace) -> str:
     return scope(hosts or "all", limit) if hosts or limit else ""
 
 
-def record_report(args: argparse.Namespace, summary: dict) -> List[str]:
+def record_report(args: argparse.Namespace, summary: dict, failed: Optional[StoreError] = None) -> List[str]:
     """Record the run folder the report step just finished; return the lines to print above its
-    table (each finding rule: how many, and since when the store has seen them)."""
+    table (each finding rule: how many, and since when the store has seen them). failed: the
+    error report_history met opening the store, said again without waiting for it twice."""
     reports_dir = os.path.dirname(os.path.normpath(os.path.abspath(args.run_dir)))
     where = location(args.store, reports_dir)
     if where is None:
         return []
     try:
+        if failed is not None:
+            raise failed
         with schema.open_store(where) as store:
             done = ingest.ingest(store, args.run_dir, args.slice, scope=run_scope(args))
             seen = history.first_seen(store, done["run_id"])
@@ -62,22 +65,24 @@ def record_report(args: argparse.Namespace, summary: dict) -> List[str]:
     return since_lines(seen, summary["generated_at"], display(where))
 
 
-def report_history(args: argparse.Namespace) -> Optional[dict]:
-    """For summary.md's finding groups, before tonight is recorded: history.rule_nights of the
-    store the report step records into, nights of this run's scope; None without a store (off),
-    without a night of this scope yet, or when it cannot be read (record_report then says why)."""
+def report_history(args: argparse.Namespace) -> Tuple[Optional[dict], Optional[StoreError]]:
+    """For the finding groups of summary.md and report.html, before tonight is recorded:
+    (history.rule_nights of the store the report step records into, nights of this run's scope,
+    None without a store (off), without a night of this scope yet, or when it cannot be read;
+    the StoreError that says why it could not, for record_report, which then does not try again:
+    an unreachable server is waited for once)."""
     reports_dir = os.path.dirname(os.path.normpath(os.path.abspath(args.run_dir)))
     where = location(args.store, reports_dir)
     if where is None:
-        return None
+        return None, None
     try:
         with schema.open_store(where) as store:
             data = history.rule_nights(store, run_scope(args))
-    except StoreError:
-        return None
+    except StoreError as exc:
+        return None, exc
     run_id = os.path.basename(os.path.normpath(args.run_dir))  # reported again: its earlier record is not history
     data["nights"] = [night for night in data["nights"] if night[0] != run_id]
-    return data if data["nights"] else None  # a first night: nothing to show yet
+    return (data if data["nights"] else None), None  # a first night: nothing to show yet
 
 
 def since_lines(seen: Dict[tuple, str], tonight: str, where: str) -> List[str]:

@@ -7,8 +7,10 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -314,3 +316,39 @@ def test_where_names_the_store_as_the_report_step_uses_it_and_opens_nothing(tmp_
                           str(reports)], cwd=ROOT, stdout=subprocess.PIPE, check=True, universal_newlines=True).stdout
     assert out == shown.format(reports=reports) + "\n"
     assert not reports.exists()
+
+
+def test_an_unreachable_server_is_waited_for_once(tmp_path):
+    """The report step reads the store's history, then records the run: a server that does not
+    answer (a loopback port that accepts and never speaks) costs one connect timeout, not two; a
+    closed port fails at once. Either way the run folder is complete and the error says so."""
+    fleet = [("db-1", NOBARRIER), ("web-1", CLEAN)]
+    start = time.monotonic()
+    reported_run(tmp_path, "plain", fleet)
+    plain = time.monotonic() - start  # the same report without a store
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # closed again before the report: refused
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    accepted = []
+    threading.Thread(target=lambda: [accepted.append(silent.accept()[0]) for _ in range(8)], daemon=True).start()
+    timeout = 3
+    env = dict(os.environ, PGCONNECT_TIMEOUT=str(timeout), PGPASSWORD="unused")
+    try:
+        for name, url, bound in (("closed", "postgresql://u@127.0.0.1:%d/db" % port, plain + 2),
+                                 ("silent", "postgresql://u@127.0.0.1:%d/db" % silent.getsockname()[1],
+                                  plain + 1.5 * timeout)):
+            run_dir = reported_run(tmp_path, name, fleet)[0]
+            start = time.monotonic()
+            code, _, err = cli("report", run_dir, "--store", url, "--formats", "markdown", env=env)
+            took = time.monotonic() - start
+            assert code == 2 and "cannot connect" in err and "history ingest %s" % run_dir in err, err
+            assert os.path.exists(os.path.join(run_dir, "summary.json"))
+            assert took < bound, (name, took, plain)
+        assert len(accepted) == 1  # the silent server was asked once
+    finally:
+        silent.close()
+        for connection in accepted:
+            connection.close()
