@@ -335,6 +335,20 @@ def rule_nights(store: backends.Store, scope: str = "") -> dict:
     return out
 
 
+def group_history_note(data: dict) -> str:
+    """What a group's "open since" and trend mean, for the pages that show group_history's rows."""
+    return ("Open since: the first of the nights in a row up to the last one (%s) with the group's rule (waived, "
+            "for a waived group); trend: hosts with it on each of the last %d nights of this scope (waived "
+            "findings, for a waived group), oldest first; the results store keeps rules, so the groups of a rule "
+            "share them." % (data["nights"][-1][1], TREND_NIGHTS))
+
+
+def since_label(past: dict) -> str:
+    """A group's "open since" as the pages show it: the night's date, "new" when its rule was not
+    on the last night, "-" without nights."""
+    return past["open_since"][:10] if past["open_since"] else "new" if past["trend"] else "-"
+
+
 def group_history(data: dict, groups: "finding_groups.FindingGroups",
                   nights: int = TREND_NIGHTS) -> Dict[tuple, dict]:
     """Per finding group (groups.groups' keys), from rule_nights' data of the nights before this
@@ -343,7 +357,7 @@ def group_history(data: dict, groups: "finding_groups.FindingGroups",
     the last night (new tonight); "trend", its rule's hosts (unwaived groups) or waived findings
     (waived groups) on each of the last `nights` nights, oldest first, as [(generated_at, count)].
     The store keeps rules' counts, not messages: the groups of one rule share its history.
-    summary.md shows it; report.html can call this with its own groups."""
+    summary.md and report.html show it (since_label, group_history_note)."""
     order = data["nights"]
     out = {}
     for key in groups.groups:

@@ -13,6 +13,7 @@ import pytest
 from ext4audit import finding_groups, markdown, reports, store as store_pkg
 from ext4audit.store import history, ingest, schema
 from test_store import CLEAN, NIGHTS, NOBARRIER, cli, reported_run, store_url  # noqa: F401  (store_url: the fixture)
+from test_html import Page
 from test_summary_md import host_reports, real_run, ten_thousand  # noqa: F401  (real_run: the fixture)
 
 
@@ -24,7 +25,7 @@ def night(base, name, hosts, store, scope_hosts, scope_limit=""):
         with open(os.path.join(run_dir, "facts", "%d.json" % index), "w") as handle:
             json.dump({"host": host, "groups": [], "status": "audited",
                        "facts": dict(tree, schema="ext4-fleet-audit/facts/v1")}, handle)
-    code, out, err = cli("report", run_dir, "--store", store, "--fail-on-new", "true", "--formats", "markdown",
+    code, out, err = cli("report", run_dir, "--store", store, "--fail-on-new", "true", "--formats", "markdown,html",
                          "--scope-hosts", scope_hosts, "--scope-limit", scope_limit)
     assert code in (0, 1), err
     with open(os.path.join(run_dir, "summary.json")) as handle:
@@ -85,9 +86,20 @@ def summary_rows(run_dir, rule):
             if line.startswith("| ") and "| %s |" % rule.replace("_", "\\_") in line]
 
 
-def test_summary_md_shows_each_group_open_since_and_its_trend(tmp_path, store_url):  # noqa: F811
+def html_rows(run_dir, rule):
+    """report.html's rows of the finding groups of `rule` (the table's head first), as lists of
+    cells' text, and the trend cells' titles, as a browser's parser reads the page."""
+    with open(os.path.join(run_dir, "report.html"), encoding="utf-8") as handle:
+        page = handle.read()
+    table = page[page.index('<table id="group-table"'):]
+    parsed = Page(table[:table.index("</table>") + 8])
+    titles = [a["title"] for tag, a in parsed.tags if tag == "td" and a.get("class") == "trend"]
+    return [parsed.rows[0]] + [row for row in parsed.rows[1:] if row[1].startswith(rule)], titles  # then its marks
+
+
+def test_summary_md_and_report_html_show_each_group_open_since_and_its_trend(tmp_path, store_url):  # noqa: F811
     """Whole nights, a --limit web night between them: a group's trend and open-since read the
-    whole nights only, the stretch broken by the clean night."""
+    whole nights only, the stretch broken by the clean night; report.html shows summary.md's."""
     script = [("all", "", [("db-1", NOBARRIER), ("web-1", CLEAN)]), ("all", "web", [("web-1", NOBARRIER)]),
               ("all", "", [("db-1", CLEAN), ("web-1", CLEAN)]), ("all", "", [("db-1", NOBARRIER), ("web-1", NOBARRIER)]),
               ("all", "", [("db-1", NOBARRIER), ("web-1", NOBARRIER)])]
@@ -98,12 +110,30 @@ def test_summary_md_shows_each_group_open_since_and_its_trend(tmp_path, store_ur
             store.execute("UPDATE runs SET generated_at = ? WHERE run_id = ?", (stamps[number], "night-%d" % (number + 1)))
         if number == 1:
             assert len(summary_rows(run_dir, "EXT4_NOBARRIER")[0]) == 5  # no web night before it: no history
+            assert len(html_rows(run_dir, "EXT4_NOBARRIER")[0][1]) == 6 and "Open since" not in open(
+                os.path.join(run_dir, "report.html"), encoding="utf-8").read()
     # severity, rule, hosts, finding, on, open since, trend (nights 1, 3, 4; not the web night)
     row = summary_rows(run_dir, "EXT4_NOBARRIER")[0]
     assert (row[0], row[2], row[-2], row[-1]) == ("high", "2", "2026-11-04", "1 0 2")
-    assert cli("report", run_dir, "--store", "off", "--formats", "markdown")[0] in (0, 1)
+    # severity, rule, finding, hosts, findings, first hosts, open since, trend
+    rows, titles = html_rows(run_dir, "EXT4_NOBARRIER")
+    assert rows[0][-2:] == ["open since", "trend"]
+    assert (rows[1][0], rows[1][3], rows[1][-2], rows[1][-1]) == ("high", "2", "2026-11-04", "1 0 2")
+    assert titles[0] == "2026-11-01: 1; 2026-11-03: 0; 2026-11-04: 2"
+    with open(os.path.join(run_dir, "report.html"), encoding="utf-8") as handle:
+        assert store_history_note_of(run_dir, store_url) in Page(handle.read()).text
+    assert cli("report", run_dir, "--store", "off", "--formats", "markdown,html")[0] in (0, 1)
     with open(os.path.join(run_dir, "summary.md"), encoding="utf-8") as handle:
         assert "open since" not in handle.read()  # no store: no history columns
+    assert html_rows(run_dir, "EXT4_NOBARRIER")[0][0][-1] == "first hosts"
+
+
+def store_history_note_of(run_dir, store_url):  # noqa: F811
+    """The note above the groups, as the pages print it for the nights before run_dir's."""
+    with schema.open_store(store_url) as store:
+        data = history.rule_nights(store, "all")
+    data["nights"] = [n for n in data["nights"] if n[0] != os.path.basename(run_dir)]
+    return history.group_history_note(data)
 
 
 def test_group_history_waived_groups_new_rules_and_a_store_without_nights():
