@@ -13,11 +13,12 @@ import sys
 import threading
 import time
 
+import msgspec
 import pytest
 import yaml
 
 from conftest import ROOT, VENV_BIN
-from ext4audit import store as store_pkg
+from ext4audit import contract, store as store_pkg
 from ext4audit.store import history, ingest, schema
 from test_rules import facts, with_options
 
@@ -194,7 +195,7 @@ def test_migration_from_the_first_schema_version(tmp_path, store_url):
             store.execute("INSERT INTO findings VALUES ('old', 'db-1', 'EXT4_NOBARRIER', 'high', '/dev/loop0', '/data', "
                           "0, NULL, NULL)")
     with schema.open_store(store_url) as store:
-        assert schema.version_of(store) == schema.VERSION == 4
+        assert schema.version_of(store) == schema.VERSION == 5
         assert history.gate(store, "old")[0] == "fail"
         assert [t["findings"] for t in history.trend(store, "EXT4_NOBARRIER")] == [1]  # counted by the migration
         assert [(t["findings"], t["hosts"]) for t in history.trend(store)] == [(1, 1)]
@@ -202,7 +203,7 @@ def test_migration_from_the_first_schema_version(tmp_path, store_url):
         ingest.ingest(store, night)
         assert [e["first_seen"] for e in history.episodes(store, "db-1", "EXT4_NOBARRIER")] == ["2026-10-01T03:00:00Z"]
         store.execute("UPDATE store_meta SET value = '99' WHERE key = 'schema_version'")
-    with pytest.raises(store_pkg.StoreError, match="schema version 99; this ext4audit knows versions up to 4"):
+    with pytest.raises(store_pkg.StoreError, match="schema version 99; this ext4audit knows versions up to 5"):
         schema.open_store(store_url)
 
 
@@ -352,3 +353,59 @@ def test_an_unreachable_server_is_waited_for_once(tmp_path):
         silent.close()
         for connection in accepted:
             connection.close()
+
+
+def test_a_night_is_written_without_a_check_a_row_and_pruned_whole(tmp_path, postgresql):
+    """Schema version 5 drops PostgreSQL's per-row foreign-key checks of hosts, findings and
+    filesystems (the ingest's COPY); ingest and prune still keep every row with its night."""
+    os.environ["PGPASSWORD"] = postgresql["password"]
+    import psycopg  # pylint: disable=import-outside-toplevel
+    url = postgresql["url"].rsplit("/", 1)[0] + "/fk%d" % time.monotonic_ns()
+    with psycopg.connect(postgresql["url"], autocommit=True) as admin:
+        admin.execute("CREATE DATABASE %s" % url.rsplit("/", 1)[1])
+    checks = ("SELECT conrelid::regclass::text FROM pg_constraint WHERE contype = 'f' AND confrelid = 'runs'::regclass "
+              "ORDER BY 1")
+    with store_pkg.backends.connect(url) as store:
+        schema.migrate(store, target=4)
+        assert "findings" in [r[0] for r in store.rows(checks)]
+    night, _ = reported_run(tmp_path, "night-1", [("db-1", NOBARRIER), ("web-1", CLEAN)], night=NIGHTS[0])
+    with schema.open_store(url) as store:
+        assert [r[0] for r in store.rows(checks)] == ["image_counts", "kernel_groups", "rule_counts", "slices"]
+        ingest.ingest(store, night)
+        assert count(store, "findings") and count(store, "filesystems") and count(store, "hosts") == 2
+        assert history.prune(store, 0) == 1
+        assert [count(store, table) for table in ingest.SLICE_TABLES + ("runs",)] == [0] * 8
+
+
+def test_a_host_report_the_store_cannot_read_is_named_with_its_field(tmp_path):
+    """The store decodes only the fields it keeps, by their types: a wrong one is still an error
+    naming the file and the field, never a row."""
+    night, _ = reported_run(tmp_path, "night-1", [("db-1", NOBARRIER)])
+    path = os.path.join(night, "hosts", "db-1.json")
+    with open(path) as handle:
+        report = json.load(handle)
+    report["findings"][0]["severity"] = "dire"
+    with open(path, "w") as handle:
+        json.dump(report, handle)
+    with schema.open_store(str(tmp_path / "history.sqlite")) as store:
+        with pytest.raises(Exception, match=r"host report .*db-1\.json: .*findings\[0\]\.severity"):
+            ingest.ingest(store, night)
+        assert count(store, "runs") == 0
+
+
+def test_the_store_keeps_what_the_whole_host_report_says(tmp_path):
+    """The store's partial decoder against the contract's whole one, on a real run: the same
+    evidence keys (hashed from the report's bytes), superblocks, kernels and counts."""
+    night, _ = reported_run(tmp_path, "night-1", [("db-1", NOBARRIER), ("web-1", CLEAN), ("gone", None)])
+    run = ingest.read_run(night)
+    for row, findings in run["hosts"]:
+        with open(os.path.join(night, "hosts", row[0] + ".json")) as handle:
+            report = msgspec.json.decode(handle.read(), type=contract.HostReport)
+        assert [f[-1] for f in findings] == [ingest.evidence_key(f.evidence) for f in report.findings]
+        assert all(f[-1] for f in findings) and row[3:6] == (
+            (report.kernel.release, report.kernel.upstream, report.kernel.vendor) if report.kernel else (None,) * 3)
+        superblocks = dict((fs.mountpoint, fs.superblock) for fs in report.filesystems or [])
+        for host, mountpoint, _device, text in run["filesystems"]:
+            if host == row[0]:
+                assert json.loads(text) == msgspec.to_builtins(superblocks[mountpoint])
+    assert len(run["hosts"]) == 3 and len(run["filesystems"]) == 2  # db-1 and web-1 each have findings
