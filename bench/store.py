@@ -111,7 +111,10 @@ def grow(store, nights, hosts):
 # their hosts rows count no finding, their filesystems rows go (a row is kept for a filesystem
 # with a finding), and the counts ingest makes (rule_counts, the runs' and slices' sums) are
 # counted again from those rows. kernel_groups and image_counts are night-00's (the summary's
-# kernel groups are not recomputed). One INSERT ... SELECT a table for all nights, with the
+# kernel groups are not recomputed). filesystems (the superblocks remediation reads; no history
+# question does) stays night-00's alone: 29 more nights of it are ~5 GB this machine's disk has
+# not to spare; measure() adds 29 nights' worth of its size to the size per host and night.
+# One INSERT ... SELECT a table for all nights, with the
 # big tables' indexes dropped first and built once after: a night at a time, as grow(), the
 # indexes are maintained row by row (minutes a night on this machine).
 BULK_INDEXES = ["findings_run ON findings (run_id, host)", "findings_rule ON findings (rule, run_id)",
@@ -150,8 +153,6 @@ def bulk_nights(store, nights):
         "FROM hosts h, (%s) n WHERE h.run_id = 'night-00'" % night,
         "INSERT INTO findings SELECT n.run_id, host, rule, severity, device, mountpoint, waived, waiver, evidence_key, "
         "slice FROM findings f, (%s) n WHERE f.run_id = 'night-00' AND f.host NOT LIKE n.dropped" % night,
-        "INSERT INTO filesystems SELECT n.run_id, slice, host, mountpoint, device, superblock "
-        "FROM filesystems f, (%s) n WHERE f.run_id = 'night-00' AND f.host NOT LIKE n.dropped" % night,
         "INSERT INTO image_counts SELECT n.run_id, slice, image, hosts FROM image_counts c, (%s) n "
         "WHERE c.run_id = 'night-00'" % night,
         "INSERT INTO kernel_groups SELECT n.run_id, slice, kernel, upstream, rule, severity, action, hosts "
@@ -293,6 +294,8 @@ def measure(kind, location, folder, nights, hosts, size, bulk=False, slow=False)
             groups.add_host(reports.read_json(os.path.join(folder, "hosts", name), "host report"))
         _, rows_s = timed("  and its %d groups' rows" % len(groups.groups), history.group_history, data, groups)
         bytes_ = size(store)
+        if bulk:  # filesystems: one night of it in the store, every night's in the size (bulk_nights)
+            bytes_ += (nights - 1) * store.one("SELECT pg_total_relation_size('filesystems')")[0]
         print("  size: %.1f MiB, %.0f bytes per host and night" % (bytes_ / 2 ** 20, bytes_ / hosts / nights))
     return {"ingest_s": ingest_s, "grow_s": grow_s, "trend_s": trend_s, "rule_trend_s": rule_s, "timeline_s": host_s,
             "regressed_s": regressed_s, "host_episodes_s": episodes_s, "rule_episodes_s": rule_fix_s,
