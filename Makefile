@@ -44,11 +44,11 @@ $(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
 collection: setup
 	$(VENV)/bin/ansible-galaxy collection build --force --output-path dist .
 
-# Main job: audit this machine with the embedded inventory. Through `ext4audit run` (ext4audit/run.py, as
-# `python -m ext4audit.run`: it imports only what it needs, about 0.8 s less than the `ext4audit` command),
+# Main job: audit this machine with the embedded inventory. Through `ext4audit run` (ext4audit/cli/run.py, as
+# `python -m ext4audit.cli.run`: it imports only what it needs, about 0.8 s less than the `ext4audit` command),
 # the exit code is the gate's: 0 pass, 1 policy failed, 2 incomplete or could not run.
 audit: setup
-	$(VENV)/bin/python -m ext4audit.run -- playbooks/audit.yml $(ARGS)
+	$(VENV)/bin/python -m ext4audit.cli.run -- playbooks/audit.yml $(ARGS)
 
 # Test VMs on real Debian kernels (testhosts/vm/README.md); qemu's recommends are large.
 # fdisk: sfdisk makes the partitioned images of the image pre-rollout check's tests.
@@ -214,16 +214,16 @@ e2fsprogs-corpus:
 rules: setup
 	$(VENV)/bin/python -m ext4audit rules
 
-# schemas/*.json, the JSON Schemas of every record a run writes or reads, from ext4audit/contract.py's
+# schemas/*.json, the JSON Schemas of every record a run writes or reads, from ext4audit/model/contract.py's
 # models (tests/unit/test_contract.py checks they are current).
 schemas: setup
-	$(VENV)/bin/python -c "from ext4audit import contract; contract.write_schemas()"
+	$(VENV)/bin/python -c "from ext4audit.model import contract; contract.write_schemas()"
 
 # roles/<role>/README.md from each role's meta/argument_specs.yml (tests/unit/test_docs.py checks them).
 role-readmes: setup
 	$(VENV)/bin/python tools/role_readme.py
 
-# The superblock fields of ext4_facts' and ext4_image_facts' RETURN blocks, from ext4_parsers.SUPERBLOCK_FIELDS.
+# The superblock fields of ext4_facts' and ext4_image_facts' RETURN blocks, from ext4_parsers.superblock.SUPERBLOCK_FIELDS.
 module-returns: setup
 	$(VENV)/bin/python tools/module_return.py
 

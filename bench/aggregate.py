@@ -47,7 +47,10 @@ FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests", "unit")]
 
-from ext4audit.parsers import ext4_parsers as parsers, kernel_version  # noqa: E402
+from ext4audit.parsers import kernel_version  # noqa: E402
+from ext4audit.parsers.ext4_parsers.fstab import fstab_drift  # noqa: E402
+from ext4audit.parsers.ext4_parsers.mounts import option_map, parse_ext4_options, parse_mountinfo  # noqa: E402
+from ext4audit.parsers.ext4_parsers.superblock import parse_dumpe2fs, parse_jbd2_info  # noqa: E402
 import test_kernel_version as kv_fixtures  # noqa: E402  (the real /proc/version strings)
 
 # A filesystem kind: (mountinfo line of tests/fixtures/mountinfo/ext4-loop-options-6.18.txt,
@@ -109,22 +112,22 @@ def fixture(*parts):
 def templates():
     """Each kind's filesystem entry (without device and mount point), parsed once."""
     mounts = {os.path.basename(m["mountpoint"]): m
-              for m in parsers.parse_mountinfo(fixture("mountinfo", "ext4-loop-options-6.18.txt"))}
-    ODD_MOUNTS.extend(m["mountpoint"] for m in parsers.parse_mountinfo(fixture("mountinfo", "escaped-names.txt"))
+              for m in parse_mountinfo(fixture("mountinfo", "ext4-loop-options-6.18.txt"))}
+    ODD_MOUNTS.extend(m["mountpoint"] for m in parse_mountinfo(fixture("mountinfo", "escaped-names.txt"))
                       if m["mountpoint"] != "/")
     result = {}
     for name, (mount_key, options_file, dumpe2fs_file, jbd2_file) in CASES.items():
         mount = mounts[mount_key]
-        superblock = parsers.parse_dumpe2fs(fixture("dumpe2fs", dumpe2fs_file)) if dumpe2fs_file else None
+        superblock = parse_dumpe2fs(fixture("dumpe2fs", dumpe2fs_file)) if dumpe2fs_file else None
         result[name] = {
             "fstype": mount["fstype"], "bind_mounts": [], "mount_options": mount["mount_options"],
             "super_options": mount["super_options"], "superblock": superblock,
-            "options": parsers.parse_ext4_options(fixture("ext4_options", options_file)), "options_source": "proc",
-            "jbd2": parsers.parse_jbd2_info(fixture("jbd2", jbd2_file)) if jbd2_file else None,
+            "options": parse_ext4_options(fixture("ext4_options", options_file)), "options_source": "proc",
+            "jbd2": parse_jbd2_info(fixture("jbd2", jbd2_file)) if jbd2_file else None,
         }
     netfs = [{"mountpoint": m["mountpoint"], "fstype": m["fstype"], "source": m["source"],
               "options": m["mount_options"] + m["super_options"]}
-             for m in parsers.parse_mountinfo(fixture("mountinfo", "netfs.txt"))]
+             for m in parse_mountinfo(fixture("mountinfo", "netfs.txt"))]
     return result, netfs
 
 
@@ -168,7 +171,7 @@ def facts_record(spec):
             wanted = ["defaults", "errors=remount-ro", "noatime"]
             fs["fstab"] = {"spec": "UUID=0a1b2c3d-0000-4000-8000-%012d" % spec["index"], "fstype": "ext4",
                            "options": wanted, "line": 12}
-            fs["fstab_drift"] = parsers.fstab_drift(wanted, parsers.option_map(fs["options"]),
+            fs["fstab_drift"] = fstab_drift(wanted, option_map(fs["options"]),
                                                     set(fs["mount_options"]) | set(fs["super_options"]))
         filesystems.append(fs)
     facts = {"schema": "ext4-fleet-audit/facts/v1", "kernel": kernel, "filesystems": filesystems,
@@ -279,7 +282,12 @@ def timed_report(argv, interval=0.01, cwd=ROOT):
 
 def profile_child(argv):
     """In this process: the report command with its steps timed (--profile-child). Prints JSON."""
-    from ext4audit import baseline, catalog, cli, fleet, reports, terminal, waivers, writers
+    from ext4audit.cli import commands as cli
+    from ext4audit.formats import terminal
+    from ext4audit.formats import writers
+    from ext4audit.report import baseline, reports
+    from ext4audit.steps import fleet
+    from ext4audit.rules import catalog, waivers
     steps, depth = {}, [0]
 
     def hwm():
@@ -364,7 +372,7 @@ def sizes_of(run):
 
 
 def sarif_limits(run):
-    """report.sarif against GitHub code scanning's limits (ext4audit/sarif.py): its results, its
+    """report.sarif against GitHub code scanning's limits (ext4audit/formats/sarif.py): its results, its
     gzipped bytes and what it had to leave out."""
     with open(os.path.join(run, "report.sarif"), "rb") as handle:
         data = handle.read()

@@ -54,7 +54,9 @@ def html_bytes(run):
 
 DIRECT = r"""
 import glob, json, os, sys, time, types
-from ext4audit import catalog, reports, writers
+from ext4audit.formats import writers
+from ext4audit.report import reports
+from ext4audit.rules import catalog
 from ext4audit.html import Writer
 run, staging = sys.argv[1:3]
 summary = reports.read_json(os.path.join(run, "summary.json"), "summary")

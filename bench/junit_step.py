@@ -25,7 +25,9 @@ CHILD = r"""
 import glob, json, os, sys, time, types
 import xml.etree.ElementTree as ET
 sys.path.insert(0, os.getcwd())
-from ext4audit import catalog, reports, writers
+from ext4audit.formats import writers
+from ext4audit.report import reports
+from ext4audit.rules import catalog
 from ext4audit.junit import Writer
 run, staging, out_path = sys.argv[1:4]
 summary = reports.read_json(os.path.join(run, "summary.json"), "summary")

@@ -15,7 +15,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, "tests", "unit")]
-from ext4audit import catalog as catalog_mod, engine  # noqa: E402
+from ext4audit.rules import catalog as catalog_mod, engine  # noqa: E402
 from ext4audit.parsers import kernel_version  # noqa: E402
 from test_rules import facts  # noqa: E402  (the fixture host: one default ext4 filesystem)
 

@@ -35,8 +35,10 @@ def scratch_dir(tree):
 
 def forget_cache(tree, locked):
     if os.path.exists(scratch_dir(tree)):
-        probe = os.path.join(tree, "roles", "chopper_probe", "files", "ext4_probe.py")
-        subprocess.run(locked + [sys.executable, probe, "sweep-stale", scratch_dir(tree)], check=True)
+        # the checkout's probe: a script in older trees, a package (run from the tree's root) since
+        script = os.path.join(tree, "roles", "chopper_probe", "files", "ext4_probe.py")
+        probe = [script] if os.path.exists(script) else ["-m", "plugins.module_utils.ext4_probe"]
+        subprocess.run(locked + [sys.executable] + probe + ["sweep-stale", scratch_dir(tree)], check=True, cwd=tree)
         subprocess.run(locked + ["rm", "-rf", "--one-file-system", scratch_dir(tree)], check=True)
 
 

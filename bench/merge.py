@@ -75,7 +75,7 @@ def profiled(code: str, argv: list) -> dict:
     --profile-child, with merge.stage wrapped too)."""
     script = ("import runpy, sys, time, json\n"
               "sys.path.insert(0, %r)\n"
-              "from ext4audit import merge\n"
+              "from ext4audit.steps import merge\n"
               "stage, spent = merge.stage, {}\n"
               "def timed(*args, **kwargs):\n"
               "    start = time.perf_counter()\n"

@@ -20,9 +20,11 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from ext4audit import probe as probe_mod  # noqa: E402
+from ext4audit.probe import analysis as probe_mod  # noqa: E402
+from ext4audit.parsers import probe_payload  # noqa: E402
 
-PROBE = os.path.join(ROOT, "roles", "chopper_probe", "files", "ext4_probe.py")
+PAYLOAD_DIR = tempfile.mkdtemp(prefix="ext4-probe-payload-")
+PROBE = probe_payload.write(PAYLOAD_DIR)  # the probe as ext4_probe_run runs it
 # A typical data filesystem: mke2fs defaults for a 100 GiB disk, default mount options.
 FILESYSTEM = {"mountpoint": "/bench", "options": ["rw", "data=ordered", "delalloc", "auto_da_alloc", "barrier",
                                                   "dioread_nolock", "commit=5", "errors=remount-ro"],
@@ -77,6 +79,7 @@ def main():
                     r["runs_s"], r["peak_rss_mib"], r["scratch_peak_mib"]), flush=True)
     finally:
         shutil.rmtree(workdir)
+        shutil.rmtree(PAYLOAD_DIR)
         if os.path.exists(scratch):
             subprocess.run([sys.executable, PROBE, "sweep-stale", scratch], check=False)
             shutil.rmtree(scratch, ignore_errors=True)

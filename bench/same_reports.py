@@ -7,7 +7,7 @@
 Makes one synthetic fleet (bench/aggregate.py's: its facts records, waivers, a baseline run),
 then reports on it with the code of git revision --before (exported with `git archive`) and
 with the code of this working tree, as the playbook's report step runs it (every format,
---baseline, --inventory). Both runs have the same run id and the same clock (reports.utc_now is
+--baseline, --inventory). Both runs have the same run id and the same clock (times.utc_now is
 fixed), so every file of the two run folders must be identical; the one thing that may differ
 is the checkout's own path, which report.sarif names as %SRCROOT% and is replaced by a
 placeholder. With --run, the facts and probe records of a real run folder (e.g. what `make
@@ -34,8 +34,13 @@ sys.path[:0] = [HERE]
 import aggregate  # noqa: E402  (the benchmark's fleet)
 
 # Runs `python -m ext4audit` with the clock fixed, in the checkout given as the current directory.
-FIXED_CLOCK = ("import datetime, sys; from ext4audit import cli, reports; "
-               "reports.utc_now = lambda: datetime.datetime(2026, 11, 25, 1, 2, 3, tzinfo=datetime.timezone.utc); "
+FIXED_CLOCK = ("import datetime, sys\n"
+               "try:\n"  # the layered package (ext4audit/cli, ext4audit/model) or the flat one before it
+               "    from ext4audit.cli import commands as cli\n"
+               "    from ext4audit.model import times as clock\n"
+               "except ImportError:\n"
+               "    from ext4audit import cli, reports as clock\n"
+               "clock.utc_now = lambda: datetime.datetime(2026, 11, 25, 1, 2, 3, tzinfo=datetime.timezone.utc)\n"
                "sys.exit(cli.main(sys.argv[1:]))")
 
 
@@ -85,7 +90,8 @@ def record_titles():
     message carried it, followed by where its fix is (so the evidence's "title" is never matched)."""
     sys.path[:0] = [ROOT]
     from xml.sax.saxutils import escape as xml_escape
-    from ext4audit import html, kernel_records, markdown
+    from ext4audit.formats import html, markdown
+    from ext4audit.rules import kernel_records
 
     escapes = (lambda t: json.dumps(t)[1:-1], html.escape, markdown.md, xml_escape,
                lambda t: xml_escape(t, {'"': "&quot;", "\n": "&#10;", "\r": "&#13;", "\t": "&#09;"}))

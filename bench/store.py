@@ -41,7 +41,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "bench")]
 
 import aggregate  # noqa: E402  (bench/aggregate.py: the synthetic fleet)
-from ext4audit import finding_groups, reports  # noqa: E402
+from ext4audit.report import finding_groups  # noqa: E402
+from ext4audit.report import reports
 from ext4audit.store import history, ingest, schema  # noqa: E402
 
 

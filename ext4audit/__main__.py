@@ -8,18 +8,18 @@ optimisation, about 0.6 s a command); where there is none, or it refuses, the co
 
 import sys
 
-from . import forkserver
+from ext4audit.cli import forkserver
 
 
 def main(argv: "list[str] | None" = None) -> int:
     """Run `ext4audit ARGV` (default: this process's arguments); return its exit code."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["run"]:  # every argument after it is ansible-playbook's, options too
-        from . import run  # pylint: disable=import-outside-toplevel  # only what `run` needs
+        from ext4audit.cli import run  # pylint: disable=import-outside-toplevel  # only what `run` needs
         return run.main(argv[1:])
     code = forkserver.forward(argv)
     if code is None:
-        from . import cli  # pylint: disable=import-outside-toplevel  # only when not forwarded
+        from ext4audit.cli import commands as cli  # pylint: disable=import-outside-toplevel  # only when not forwarded
         code = cli.main(argv)
     return code
 

@@ -66,7 +66,7 @@ def undocumented(value, doc, where):
 def rule_read_options():
     """Every ext4 option a rule reads: the opt.* fact paths in the catalog, and the options engine.py
     reads itself to derive facts (derived.mb_optimize_scan from opt["mb_optimize_scan"], ...)."""
-    from ext4audit import catalog
+    from ext4audit.rules import catalog
 
     names = set()
 
@@ -81,7 +81,7 @@ def rule_read_options():
 
     for rule in catalog.load().rules:
         walk(rule)
-    with open(os.path.join(ROOT, "ext4audit", "engine.py")) as handle:
+    with open(os.path.join(ROOT, "ext4audit", "rules", "engine.py")) as handle:
         names |= set(re.findall(r"\bopt(?:\.get\(|\[)\"(\w+)\"", handle.read()))
     return names
 
@@ -149,9 +149,9 @@ def load_json(path):
 
 def check_run_against_schemas(run_dir):
     """Validate every JSON file of a run folder against its published schema (schemas/, from
-    ext4audit/contract.py) with jsonschema; return {file relative to the run folder: schema file}."""
+    ext4audit/model/contract.py) with jsonschema; return {file relative to the run folder: schema file}."""
     import jsonschema  # only the tests that check a real run need it
-    from ext4audit import contract
+    from ext4audit.model import contract
 
     def schema_of(relative, doc):
         if relative in ("summary.json", "kernel_gate.json", "findings-index.json", "play-hosts.json"):
@@ -265,7 +265,7 @@ def sshfs_mount(sshd, tmp_path):
 
 def failing_rules(run_dir):
     """{host: sorted rule ids of its findings that fail the run's policy}, from a run folder."""
-    from ext4audit import reports
+    from ext4audit.report import reports
     summary = load_json(os.path.join(str(run_dir), "summary.json"))
     failing = {}
     for path in sorted(glob.glob(os.path.join(str(run_dir), "hosts", "*.json"))):
@@ -281,7 +281,7 @@ def upgradable_data_corruption(run_dir):
     lacks a data-corruption fix of the kernel's CNA records (rules/kernel_cna_records.json) that a
     later release of its own branch has and that is relevant to its filesystems: what the default
     policy fails on a real Debian kernel (records with no fix in the branch are low by default)."""
-    from ext4audit import kernel_records
+    from ext4audit.rules import kernel_records
     records, expected = kernel_records.load(), {}
     for path in sorted(glob.glob(os.path.join(str(run_dir), "hosts", "*.json"))):
         report = load_json(path)

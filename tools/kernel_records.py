@@ -31,7 +31,8 @@ import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from ext4audit import contract, kernel_records  # noqa: E402  (the file's model and its reader)
+from ext4audit.model import contract  # noqa: E402  (the file's model and its reader)
+from ext4audit.rules import kernel_records
 DEFAULT_OUTPUT = os.path.join(ROOT, "rules", "kernel_cna_records.json")
 DEFAULT_REVIEWED = os.path.join(ROOT, "rules", "kernel_record_classes.yml")
 REVIEWED_NAME = "rules/kernel_record_classes.yml"
@@ -299,7 +300,7 @@ def render(records, source):
             "fixed_mainline": "first mainline release with the fix (its rcs may or may not have it)",
             "class": "one of classes, reviewed by hand from the record's text (%s)" % REVIEWED_NAME,
             "class_reason": "the record's own words that give the class",
-            "needs": "the feature without which the bug cannot be reached (ext4audit/kernel_records.py"
+            "needs": "the feature without which the bug cannot be reached (ext4audit/rules/kernel_records.py"
                      " RELEVANCE), reviewed with the class; null: every ext4 filesystem",
         }),
     ]

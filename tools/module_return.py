@@ -1,32 +1,31 @@
 """The superblock fields of the RETURN blocks of ext4_facts and ext4_image_facts, written from the
-one table of them, plugins/module_utils/ext4_parsers.py SUPERBLOCK_FIELDS (ansible-doc reads a
+one table of them, plugins/module_utils/ext4_parsers/superblock.py SUPERBLOCK_FIELDS (ansible-doc reads a
 RETURN block as a literal in the module's file: it cannot import the table).
 
     python tools/module_return.py          # rewrite both modules' superblock fields
     python tools/module_return.py --check  # exit 1 naming each module that differs (tests/unit/test_contract.py)
 """
-import importlib.util
+import importlib
 import os
 import re
 import sys
 import textwrap
+import types
 
 import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _parsers():
-    """plugins/module_utils/ext4_parsers.py (stdlib only), loaded from its file: the table's one place."""
-    spec = importlib.util.spec_from_file_location("ext4_parsers", os.path.join(ROOT, "plugins", "module_utils",
-                                                                               "ext4_parsers.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _superblock() -> types.ModuleType:
+    """plugins/module_utils/ext4_parsers/superblock.py (stdlib only), imported from this checkout by
+    its path (plugins and module_utils are namespace packages here): the table's one place."""
+    sys.path.insert(0, ROOT)
+    return importlib.import_module("plugins.module_utils.ext4_parsers.superblock")
 
 
 MODULES = [os.path.join(ROOT, "plugins", "modules", name) for name in ("ext4_facts.py", "ext4_image_facts.py")]
-BEGIN = "# superblock fields: written by tools/module_return.py from ext4_parsers.SUPERBLOCK_FIELDS"
+BEGIN = "# superblock fields: written by tools/module_return.py from ext4_parsers.superblock.SUPERBLOCK_FIELDS"
 END = "# end of the superblock fields"
 WIDTH = 120
 
@@ -43,7 +42,7 @@ def _description(text: str, indent: str) -> str:
 def fields(indent: str) -> str:
     """The fields as RETURN `contains` entries, each name at `indent`."""
     out = []
-    for name, kind, text in _parsers().SUPERBLOCK_FIELDS:
+    for name, kind, text in _superblock().SUPERBLOCK_FIELDS:
         inner = indent + "  "
         out.append("%s%s:\n%s%stype: %s\n" % (indent, name, _description(text, inner), inner, kind))
         if kind == "list":

@@ -10,7 +10,7 @@ import os
 import sqlite3
 from typing import Any, Iterable, Iterator, List, Optional, Sequence
 
-from . import StoreError, display, is_url
+from ext4audit.store import StoreError, display, is_url
 
 BUSY_TIMEOUT = 300  # seconds a writer waits for another (SQLite): four slices ingesting at once
 

@@ -8,8 +8,8 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from .. import baseline, reports
-from . import DEFAULT_NAME, OFF, StoreError, display, history, ingest, location, schema, scope
+from ext4audit.report import baseline, reports
+from ext4audit.store import DEFAULT_NAME, OFF, StoreError, display, history, ingest, location, schema, scope
 
 SINCE_LINES = 5  # rules named in the report step's "first seen" lines: the oldest, known before tonight
 

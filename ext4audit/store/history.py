@@ -12,9 +12,12 @@ import json
 import statistics
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .. import finding_groups, reports, severity_rank
-from . import StoreError, backends
-from .ingest import SLICE_TABLES, WORST
+from ext4audit import severity_rank
+from ext4audit.report import finding_groups
+from ext4audit.report import reports
+from ext4audit.store import StoreError, backends
+from ext4audit.store.ingest import SLICE_TABLES, WORST
+from ext4audit.model import times
 
 DEFAULT_KEEP_DAYS = 400  # a year of nights and a month to compare a year ago with
 TREND_NIGHTS = 7  # nights of a finding group's trend in summary.md (group_history)
@@ -203,8 +206,8 @@ def time_to_fix(store: backends.Store) -> List[dict]:
     for episode in episodes(store):
         group = groups.setdefault((episode["rule"], episode["severity"]), {"days": [], "open": 0})
         if episode["resolved"]:
-            group["days"].append((reports.moment_of(episode["resolved"]) -
-                                  reports.moment_of(episode["first_seen"])).total_seconds() / 86400)
+            group["days"].append((times.moment_of(episode["resolved"]) -
+                                  times.moment_of(episode["first_seen"])).total_seconds() / 86400)
         else:
             group["open"] += 1
     return [{"rule": rule, "severity": severity, "fixed": len(g["days"]),
@@ -245,7 +248,7 @@ def prune(store: backends.Store, keep_days: int, now: Optional[datetime.datetime
     """Remove the runs older than keep_days (by when they were reported, else ingested); return how many."""
     if keep_days < 0:
         raise StoreError("--keep-days %d: give 0 or more days" % keep_days)
-    cutoff = reports.stamp((now or reports.utc_now()) - datetime.timedelta(days=keep_days))
+    cutoff = times.stamp((now or times.utc_now()) - datetime.timedelta(days=keep_days))
     with store.transaction():
         old = [r[0] for r in store.rows("SELECT run_id FROM runs WHERE COALESCE(generated_at, ingested_at) < ?",
                                         (cutoff,))]
@@ -257,12 +260,12 @@ def prune(store: backends.Store, keep_days: int, now: Optional[datetime.datetime
 
 def _stamp(text: str) -> str:
     """A date (end of that day) or a stamp, as a stamp; StoreError otherwise."""
-    for form, end in (("%Y-%m-%d", True), (reports.STAMP, False)):
+    for form, end in (("%Y-%m-%d", True), (times.STAMP, False)):
         try:
             moment = datetime.datetime.strptime(text, form)
         except ValueError:
             continue
-        return reports.stamp(moment.replace(hour=23, minute=59, second=59) if end else moment)
+        return times.stamp(moment.replace(hour=23, minute=59, second=59) if end else moment)
     raise StoreError("--since %r: give a date (2026-11-28) or a UTC stamp (2026-11-28T03:00:00Z)" % text)
 
 

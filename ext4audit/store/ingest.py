@@ -14,8 +14,11 @@ from typing import Dict, List, Literal, Optional
 
 import msgspec
 
-from .. import contract, reports, severity_rank
-from . import backends
+from ext4audit import severity_rank
+from ext4audit.model import contract
+from ext4audit.report import reports
+from ext4audit.store import backends
+from ext4audit.model import times
 
 SLICE_TABLES = ("findings", "hosts", "kernel_groups", "rule_counts", "image_counts", "filesystems",
                 "slices")  # a slice's rows, slices last
@@ -157,7 +160,7 @@ def ingest(store: backends.Store, run_dir: str, slice_name: str = "", run_id: Op
     run = read_run(run_dir)
     summary = run["summary"]
     run_id = run_id or (summary or {}).get("run_id") or os.path.basename(os.path.normpath(run_dir))
-    now = reports.stamp(reports.utc_now())
+    now = times.stamp(times.utc_now())
     with store.transaction():
         store.execute("INSERT INTO runs (run_id, ingested_at, verdict, complete, hosts, hosts_audited, findings, "
                       "waived, content_hash, scope) VALUES (?, ?, 'incomplete', 0, 0, 0, 0, 0, '', ?) "

@@ -6,7 +6,7 @@ A migration is never edited once released: a change is a new one.
 
 from typing import List, Tuple, Union
 
-from . import StoreError, backends
+from ext4audit.store import StoreError, backends
 
 # a statement is SQL for both databases, or (dialect, SQL) for that one only
 MIGRATIONS: List[List[Union[str, Tuple[str, str]]]] = [
@@ -109,7 +109,7 @@ MIGRATIONS: List[List[Union[str, Tuple[str, str]]]] = [
         "CREATE INDEX hosts_host ON hosts (host, run_id)",
     ],
     # 3: the superblock of each filesystem with a finding, so that a night's remediation plan
-    # (ext4audit/remediation.py) can be made from the store as from its run folder (journal size,
+    # (ext4audit/steps/remediation.py) can be made from the store as from its run folder (journal size,
     # features); only those filesystems: rows stay fewer than findings
     [
         """CREATE TABLE filesystems (

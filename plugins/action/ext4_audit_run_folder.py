@@ -28,7 +28,7 @@ import os
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.ext4audit.fleet.plugins.module_utils import run_folder
-from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers import FACTS_SCHEMA
+from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers.common import FACTS_SCHEMA
 
 
 class ActionModule(ActionBase):

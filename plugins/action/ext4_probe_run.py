@@ -9,21 +9,24 @@ directory's name, so deploying, running and collecting the probe is one module r
       register: started  # started.workdir: where the probe's progress.log is
 
 The plan is read from its file on the controller and put into the job here: templated from a
-lookup, its thousands of values took a second per host. The code is read from the role's files (ext4_probe.py and the ext4_parsers.py it imports). The
+lookup, its thousands of values took a second per host. The code is the probe's payload, one zip
+of the probe's package and the parsers it imports (module_utils/probe_payload.py). The
 directory's name is random (the module makes it and refuses anything already there), and goes
 back in the result so the task that follows the probe can read its progress file.
 """
 
+import base64
 import json
 import os
 import secrets
+from typing import Optional
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.ext4audit.fleet.plugins.module_utils.probe_payload import build
 
 # /tmp is sticky: nobody else can rename or remove the root-owned 0700 directory made in it.
 WORKDIR_PARENT = "/tmp"
-CODE = {"probe": "ext4_probe.py", "parsers": "ext4_parsers.py"}
 
 
 class ActionModule(ActionBase):
@@ -35,7 +38,7 @@ class ActionModule(ActionBase):
         # Set on the instance: ActionBase.__init__ of ansible-core before 2.19 sets it False there.
         self._supports_async = True
 
-    def run(self, tmp=None, task_vars=None):
+    def run(self, tmp: Optional[str] = None, task_vars: Optional[dict] = None) -> dict:
         result = super().run(tmp, task_vars)
         job = self._task.args.get("job")
         if not isinstance(job, dict):
@@ -49,9 +52,7 @@ class ActionModule(ActionBase):
         except (OSError, ValueError) as exc:
             raise AnsibleActionFail("plan_file %s: %s" % (plan_file, exc))
         args = {"job": dict(job, plan=plan), "workdir": os.path.join(WORKDIR_PARENT, "ext4-probe-" + secrets.token_hex(12))}
-        for arg, name in CODE.items():
-            with open(self._find_needle("files", name), encoding="utf-8") as handle:
-                args[arg] = handle.read()
+        args["probe"] = base64.b64encode(build()).decode("ascii")
         result.update(self._execute_module(module_args=args, task_vars=task_vars,
                                            wrap_async=self._task.async_val))
         result["workdir"] = args["workdir"]

@@ -3,7 +3,7 @@
 """A host's policy from the role's variables, and which hosts' policies the controller must check.
 
 The action ext4_audit_policy (plugins/action/) uses these on the controller: a host's policy is
-saved with its facts record and judged by the report step (ext4audit/policy.py FIELDS are the
+saved with its facts record and judged by the report step (ext4audit/rules/policy.py FIELDS are the
 same fields: tests/unit/test_policy_vars.py). Python 3.8 stdlib only, as every module_utils file.
 """
 

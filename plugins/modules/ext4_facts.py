@@ -200,7 +200,7 @@ ext4_facts:
           returned: always
           type: dict
           contains:
-            # superblock fields: written by tools/module_return.py from ext4_parsers.SUPERBLOCK_FIELDS
+            # superblock fields: written by tools/module_return.py from ext4_parsers.superblock.SUPERBLOCK_FIELDS
             block_count:
               description: Blocks.
               type: int
@@ -463,9 +463,17 @@ import os
 import stat
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers import (
-    EXT4_DRIVER_TYPES, FACTS_SCHEMA, NETFS_TYPES, ParseError, fstab_drift, infer_options, option_map, parse_dumpe2fs,
-    not_audited, parse_ext4_options, parse_fstab, parse_jbd2_info, parse_mountinfo, parse_os_release, volume_kind,
+from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers.common import (
+    EXT4_DRIVER_TYPES, FACTS_SCHEMA, NETFS_TYPES, ParseError,
+)
+from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers.fstab import fstab_drift, parse_fstab
+from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers.kernel_defaults import infer_options
+from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers.mounts import (
+    not_audited, option_map, parse_ext4_options, parse_mountinfo,
+)
+from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers.os_files import parse_os_release
+from ansible_collections.ext4audit.fleet.plugins.module_utils.ext4_parsers.superblock import (
+    parse_dumpe2fs, parse_jbd2_info, volume_kind,
 )
 from ansible_collections.ext4audit.fleet.plugins.module_utils.kernel_version import identify, options_kernel
 

@@ -18,7 +18,7 @@ description:
   - One module run instead of five (temporary directory, copies, job, result, removal). Run it as
     an async job and follow O(workdir)C(/progress.log) with M(ext4audit.fleet.ext4_probe_progress),
     which returns this module's result once the job ends.
-  - Its action plugin reads the probe's code from the role's files, puts the plan into O(job) from
+  - Its action plugin builds the probe's payload (one zip of its code), puts the plan into O(job) from
     the file on the controller its C(plan_file) argument names, and picks O(workdir); a task gives
     only O(job) (without its plan) and C(plan_file).
   - Changes nothing on the host. The probe works in its own scratch directory and removes what it
@@ -36,11 +36,8 @@ options:
     type: path
     required: true
   probe:
-    description: The probe's code, C(ext4_probe.py) (set by the action plugin).
-    type: str
-    required: true
-  parsers:
-    description: The parser module the probe imports, C(ext4_parsers.py) (set by the action plugin).
+    description: The probe's payload, C(ext4_probe.pyz) (a zip of its package and the parsers it imports),
+      base64-encoded (set by the action plugin).
     type: str
     required: true
 attributes:
@@ -90,6 +87,7 @@ stderr_lines:
   elements: str
 """
 
+import base64
 import fcntl
 import json
 import os
@@ -101,7 +99,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-FILES = ("ext4_probe.py", "ext4_parsers.py", "job.json")
+FILES = ("ext4_probe.pyz", "job.json")
+EARLIER_FILES = ("ext4_probe.py", "ext4_parsers.py")  # the code as versions before the payload wrote it
 OUTPUTS = ("result.json", "progress.log")
 RESULT_MAX = 16 * 1024 * 1024
 PROGRESS_MAX = 64 * 1024
@@ -157,10 +156,10 @@ def sweep_stale(parent):
         os.close(parent_fd)
 
 
-def write(dir_fd, name, text):
+def write(dir_fd: int, name: str, data: bytes) -> None:
     fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     with os.fdopen(fd, "wb") as out:
-        out.write(text.encode("utf-8"))
+        out.write(data)
 
 
 def read(dir_fd, name, limit):
@@ -173,9 +172,9 @@ def read(dir_fd, name, limit):
         return handle.read(limit + 1)
 
 
-def remove_files(dir_fd):
+def remove_files(dir_fd: int) -> None:
     """Removes what this module and the probe wrote in the directory."""
-    for name in FILES + OUTPUTS:
+    for name in FILES + EARLIER_FILES + OUTPUTS:
         try:
             os.unlink(name, dir_fd=dir_fd)
         except FileNotFoundError:
@@ -189,15 +188,16 @@ def remove(dir_fd, path):
     os.rmdir(path)
 
 
-def run_probe(params, dir_fd, workdir):
-    write(dir_fd, "ext4_probe.py", params["probe"])
-    write(dir_fd, "ext4_parsers.py", params["parsers"])
-    write(dir_fd, "job.json", json.dumps(dict(params["job"], progress_file=os.path.join(workdir, "progress.log"))))
+def run_probe(params: dict, dir_fd: int, workdir: str) -> dict:
+    # binascii.Error on anything but base64 is a ValueError: the module fails with it
+    write(dir_fd, "ext4_probe.pyz", base64.b64decode(params["probe"], validate=True))
+    job = dict(params["job"], progress_file=os.path.join(workdir, "progress.log"))
+    write(dir_fd, "job.json", json.dumps(job).encode("utf-8"))
     # -I: no PYTHON* variables, user site or script directory on the path of code run as root;
     # -S: no site-packages (the probe is standard library only; a venv's .pth files cost 50 ms);
     # -B: no __pycache__ beside the probe, so there is nothing but FILES to remove.
     with tempfile.TemporaryFile() as stderr:
-        rc = subprocess.call([sys.executable, "-I", "-S", "-B", os.path.join(workdir, "ext4_probe.py"), "run",
+        rc = subprocess.call([sys.executable, "-I", "-S", "-B", os.path.join(workdir, "ext4_probe.pyz"), "run",
                               os.path.join(workdir, "job.json"), os.path.join(workdir, "result.json")],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
         stderr.seek(max(0, stderr.tell() - STDERR_TAIL))
@@ -217,7 +217,6 @@ def main():
             job=dict(type="dict", required=True),
             workdir=dict(type="path", required=True),
             probe=dict(type="str", required=True),
-            parsers=dict(type="str", required=True),
         ),
         supports_check_mode=False,
     )

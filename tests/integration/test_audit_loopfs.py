@@ -119,7 +119,7 @@ def test_audit_finds_exactly_the_expected_rules(fleet, tmp_path):
     assert "<script>" not in markdown and "&lt;script&gt;" in markdown and "\\$\\(id\\)" in markdown
     assert "<script>" not in junit
 
-    # Every JSON file of the run matches its published schema (schemas/, ext4audit/contract.py).
+    # Every JSON file of the run matches its published schema (schemas/, ext4audit/model/contract.py).
     checked = check_run_against_schemas(runs[0])
     assert set(checked.values()) == {"summary.json", "findings-index.json", "host-report.json", "facts-record.json",
                                      "play-hosts.json"}, checked

@@ -26,7 +26,9 @@ import time
 import pytest
 
 from conftest import FIXTURES, ROOT, ansible_playbook, load_json
-from ext4audit import catalog as catalog_mod, fleet, reports
+from ext4audit.report import reports
+from ext4audit.steps import fleet
+from ext4audit.rules import catalog as catalog_mod
 
 E2FSCK = "/usr/sbin/e2fsck"
 pytestmark = pytest.mark.skipif(not os.path.exists(E2FSCK), reason="needs e2fsprogs")

@@ -1,12 +1,13 @@
-"""ext4audit/fact_paths.py against a live facts record: the real ext4_facts module, run by ansible,
+"""ext4audit/model/fact_paths.py against a live facts record: the real ext4_facts module, run by ansible,
 on a loop-mounted ext4 with a journal, non-default options and an fstab entry, beside a real
 network mount (sshfs over a loopback sshd). Every key the record has is a path rules may read (so
 no real fact is refused as a typo), and the listed keys of the fixed-shape parts are exactly the
 record's (so no listed path is one the module never fills)."""
 
-from ext4audit.parsers import ext4_parsers
+from ext4audit.parsers.ext4_parsers.mounts import option_map
 from conftest import needs_root
-from ext4audit import engine, fact_paths
+from ext4audit.model import fact_paths
+from ext4audit.rules import engine
 from test_module_errors import run_module
 
 pytestmark = needs_root
@@ -29,7 +30,7 @@ def test_a_live_facts_record_has_exactly_the_listed_paths(loopfs, sshfs_mount, t
     assert set(fs["superblock"]) == set(fact_paths.SUPERBLOCK)
     assert set(fs["queue"]) == set(fact_paths.QUEUE)
     assert fs["jbd2"] and set(fs["jbd2"]) <= set(fact_paths.JBD2), set(fs["jbd2"]) - set(fact_paths.JBD2)
-    options = ext4_parsers.option_map(fs["options"])
+    options = option_map(fs["options"])
     assert fs["options_source"] == "proc" and {"delalloc", "commit", "stripe", "data"} <= set(options)
     assert set(options) <= set(fact_paths.OPTIONS), set(options) - set(fact_paths.OPTIONS)
     assert set(netfs) == set(fact_paths.NETFS)

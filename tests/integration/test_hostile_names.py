@@ -20,7 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ansible_playbook, load_json, needs_root, run
-from ext4audit import junit as junit_mod, markdown as markdown_mod
+from ext4audit.formats import junit as junit_mod, markdown as markdown_mod
 
 pytestmark = needs_root
 

@@ -22,7 +22,10 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
 from conftest import ROOT, VENV_BIN, ansible_playbook, load_json, needs_root
-from ext4audit import catalog, finding_groups, html, reports
+from ext4audit.formats import html
+from ext4audit.report import finding_groups
+from ext4audit.report import reports
+from ext4audit.rules import catalog
 
 pytestmark = needs_root
 

@@ -20,7 +20,9 @@ import time
 import pytest
 
 from conftest import ROOT, VENV_BIN, ansible_playbook, load_json, module_return_doc, run, undocumented
-from ext4audit import catalog as catalog_mod, engine, fleet, reports
+from ext4audit.report import reports
+from ext4audit.steps import fleet
+from ext4audit.rules import catalog as catalog_mod, engine
 
 TOOLS = ["/usr/sbin/sfdisk", "/usr/bin/qemu-img", "/usr/sbin/mkfs.ext4", "/usr/sbin/debugfs"]
 MISSING = [tool for tool in TOOLS if not os.path.exists(tool)]

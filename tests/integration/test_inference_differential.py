@@ -18,7 +18,12 @@ import time
 
 import pytest
 
-from ext4audit.parsers import ext4_parsers as p, kernel_version
+from ext4audit.parsers import kernel_version
+from ext4audit.parsers.ext4_parsers.common import split_options
+from ext4audit.parsers.ext4_parsers.fstab import fstab_mount_tokens
+from ext4audit.parsers.ext4_parsers.kernel_defaults import infer_options
+from ext4audit.parsers.ext4_parsers.mounts import option_map, parse_ext4_options, parse_mountinfo
+from ext4audit.parsers.ext4_parsers.superblock import parse_dumpe2fs
 from conftest import needs_root, rule_read_options, run
 
 pytestmark = needs_root
@@ -133,7 +138,7 @@ def mounter(tmp_path):
 
 def super_options_of(mountpoint):
     with open("/proc/self/mountinfo") as handle:
-        mounts = [m for m in p.parse_mountinfo(handle.read()) if m["mountpoint"] == mountpoint]
+        mounts = [m for m in parse_mountinfo(handle.read()) if m["mountpoint"] == mountpoint]
     assert len(mounts) == 1, mounts
     return mounts[0]["super_options"]
 
@@ -141,7 +146,7 @@ def super_options_of(mountpoint):
 def differences(inferred, kernel):
     """{option: (inferred, kernel)} for every option whose normalised value differs. Both lists name every
     option in effect, so an option one side does not list is off there (as the engine reads them)."""
-    a, b = p.option_map(inferred), p.option_map(kernel)
+    a, b = option_map(inferred), option_map(kernel)
     return dict((name, (a.get(name, False), b.get(name, False))) for name in set(a) | set(b)
                 if a.get(name, False) != b.get(name, False))
 
@@ -157,17 +162,17 @@ def test_inference_matches_the_kernel_on_every_option_a_rule_reads(mounter):
     rule_matches = all_matches = 0
     for name, (mkfs_args, commands, fstype, option_strings) in sorted(MATRIX.items()):
         loop = mounter.image(name, mkfs_args, commands)
-        superblock = p.parse_dumpe2fs(run(["dumpe2fs", "-h", loop], env=dict(os.environ, LC_ALL="C")))
+        superblock = parse_dumpe2fs(run(["dumpe2fs", "-h", loop], env=dict(os.environ, LC_ALL="C")))
         for options in option_strings:
             mountpoint = mounter.mount(loop, fstype, options)
             with open("/proc/fs/ext4/%s/options" % os.path.basename(loop)) as handle:
-                truth = p.parse_ext4_options(handle.read())
+                truth = parse_ext4_options(handle.read())
             inputs = {"mountinfo": super_options_of(mountpoint),
-                      "as written": p.fstab_mount_tokens(p.split_options(options) or ["defaults"])}
+                      "as written": fstab_mount_tokens(split_options(options) or ["defaults"])}
             mounter.umount()
             for source, tokens in sorted(inputs.items()):
                 cases += 1
-                inferred = p.infer_options(superblock, tokens, kernel, fstype=fstype, page_size=page_size)
+                inferred = infer_options(superblock, tokens, kernel, fstype=fstype, page_size=page_size)
                 diff = differences(inferred, truth)
                 where = "%s -o %r (%s: %s)" % (name, options, source, ",".join(tokens))
                 rule_diff = dict((k, v) for k, v in diff.items() if k in rule_options)

@@ -10,7 +10,9 @@ import os
 import subprocess
 
 from conftest import ansible_playbook, load_json, needs_root, run
-from ext4audit import catalog as catalog_mod, contract, engine, markdown
+from ext4audit.formats import markdown
+from ext4audit.model import contract
+from ext4audit.rules import catalog as catalog_mod, engine
 from test_module_errors import run_module
 
 pytestmark = needs_root

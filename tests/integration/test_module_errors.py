@@ -61,7 +61,7 @@ def test_volume_facts_reach_the_new_rules(loopfs, tmp_path):
     """The facts the catalog review added, read by the real module from real loop filesystems:
     the disk kind and reported I/O size (a loop device has no RAID geometry), the device size, the
     superblock counts, and the norecovery option as the kernel prints it."""
-    from ext4audit import catalog as catalog_mod, engine
+    from ext4audit.rules import catalog as catalog_mod, engine
     striped = loopfs.make("striped", size="256M", mkfs_args=["-E", "stride=16,stripe_width=64"])
     unjournalled = loopfs.make("noload", size="256M", mount_options="noload")
     facts = run_module("fstab_path=%s" % (tmp_path / "nope"), tmp_path)["ext4_facts"]

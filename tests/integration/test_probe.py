@@ -13,7 +13,17 @@ import time
 import pytest
 
 from conftest import needs_root, run
-from unit.test_probe_target import PROBE_PATH, probe, treatment
+from ext4audit.parsers.ext4_probe.allocator import ALLOCATOR_PAIRS, ALLOCATOR_TEST
+from ext4audit.parsers.ext4_probe.confirmations import Confirmations
+from ext4audit.parsers.ext4_probe.extents import fiemap
+from ext4audit.parsers.ext4_probe.image_cache import Images
+from ext4audit.parsers.ext4_probe.job import REFUSED_EXIT
+from ext4audit.parsers.ext4_probe.layouts import fragment
+from ext4audit.parsers.ext4_probe.loops import Mounted, own_loop_devices
+from ext4audit.parsers.ext4_probe.player import file_dirs, play
+from ext4audit.parsers.ext4_probe.replica import build_options, copy_sparse, mkfs_argv, run_tool
+from ext4audit.parsers.ext4_probe.scratch_dir import MARKER, Scratch
+from unit.test_probe_target import PROBE_PATH, treatment
 
 pytestmark = needs_root
 
@@ -21,7 +31,7 @@ pytestmark = needs_root
 @pytest.fixture
 def scratch():
     root = "/dev/shm/ext4-audit-probe-test-%d" % os.getpid()
-    with probe.Scratch(root, 256 << 20) as handle:
+    with Scratch(root, 256 << 20) as handle:
         yield handle
     assert not os.path.exists(root)
 
@@ -29,7 +39,7 @@ def scratch():
 def replica_images(scratch, journal=True):
     mkfs = {"block_size": 4096, "inode_size": 256, "journal_bytes": (16 << 20) if journal else 0, "features": []}
     options = ["data=ordered", "delalloc", "noinit_itable"] if journal else ["delalloc", "noinit_itable"]
-    return probe.Images(scratch, mkfs, options)
+    return Images(scratch, mkfs, options)
 
 
 def expected_ops(t):
@@ -74,9 +84,9 @@ def test_scratch_use_counts_run_images_not_the_files_inside_their_mounts(scratch
     cap it had not reached."""
     images = replica_images(scratch)
     image = scratch.path("runs", "run.img")
-    probe.copy_sparse(images.get(256 << 20, 0.5, 6), image)
+    copy_sparse(images.get(256 << 20, 0.5, 6), image)
     before = scratch.used()
-    with probe.Mounted(image, scratch.path("mnt", "run"), images.options) as mnt:
+    with Mounted(image, scratch.path("mnt", "run"), images.options) as mnt:
         assert sum(f.stat().st_blocks for f in os.scandir(mnt.target) if f.is_file()) * 512 > 64 << 20
         assert scratch.used() == before
 
@@ -85,10 +95,10 @@ def test_scratch_use_counts_run_images_not_the_files_inside_their_mounts(scratch
 def test_player_writes_exactly_chopper_byte_ranges(scratch, case):
     t = treatment(**case)
     images = replica_images(scratch)
-    probe.copy_sparse(images.get(256 << 20, 0, 6), scratch.path("runs", "run.img"))
+    copy_sparse(images.get(256 << 20, 0, 6), scratch.path("runs", "run.img"))
     log = []
-    with probe.Mounted(scratch.path("runs", "run.img"), scratch.path("mnt", "run"), images.options) as mnt:
-        paths = probe.play(mnt.target, t, sorted(os.sched_getaffinity(0)), log)
+    with Mounted(scratch.path("runs", "run.img"), scratch.path("mnt", "run"), images.options) as mnt:
+        paths = play(mnt.target, t, sorted(os.sched_getaffinity(0)), log)
         assert log == expected_ops(t)
         written = set()
         for op in log:
@@ -101,7 +111,7 @@ def test_player_writes_exactly_chopper_byte_ranges(scratch, case):
             assert set(i for i, b in enumerate(data) if b) == written
             assert len(data) == max(written) + 1 == t["FileSize"]  # chunk tails are written: full length
         assert [os.path.relpath(p, mnt.target).split("/")[-2] for p in paths] == [
-            "dir.%d" % d for d in probe.file_dirs(t["FileCount"], t["DirectorySpan"])]
+            "dir.%d" % d for d in file_dirs(t["FileCount"], t["DirectorySpan"])]
 
 
 def debugfs_leaf_extents(image, relpath):
@@ -130,13 +140,13 @@ def test_fiemap_matches_debugfs_dump_extents(scratch, layout):
     t = treatment(FileSize=256 * 1024, InternalDensity=0.6, ChunkOrder=[3, 0, 2, 1], Fsync=[True, False, True, False],
                   FileCount=2, DirectorySpan=7)
     image = scratch.path("runs", "run.img")
-    probe.copy_sparse(images.get(256 << 20, 0.4, layout), image)
-    with probe.Mounted(image, scratch.path("mnt", "run"), images.options) as mnt:
-        paths = probe.play(mnt.target, t, [0])
+    copy_sparse(images.get(256 << 20, 0.4, layout), image)
+    with Mounted(image, scratch.path("mnt", "run"), images.options) as mnt:
+        paths = play(mnt.target, t, [0])
         by_fiemap = {}
         for path in paths:
             fd = os.open(path, os.O_RDONLY)
-            by_fiemap[os.path.relpath(path, mnt.target)] = [(lo // 4096, ph // 4096, n // 4096) for lo, ph, n in probe.fiemap(fd)]
+            by_fiemap[os.path.relpath(path, mnt.target)] = [(lo // 4096, ph // 4096, n // 4096) for lo, ph, n in fiemap(fd)]
             os.close(fd)
     total_extents = 0
     for relpath, extents in by_fiemap.items():
@@ -153,7 +163,7 @@ def free_space(image):
 
 @pytest.mark.parametrize("used_ratio, layout", [(0, 1), (0.4, 3), (0.2, 5)])
 def test_discard_does_not_change_the_free_space_an_image_is_built_with(scratch, used_ratio, layout):
-    """Why images are built without `discard` (probe.build_options): the free space left, block for
+    """Why images are built without `discard` (replica.build_options): the free space left, block for
     block, is the same with it, which only made each punched hole a discard of the loop device
     (a replica of a journal-less root: 10.1 s to build the default sweep's images, 2.2 s without)."""
     mkfs = {"block_size": 4096, "inode_size": 256, "journal_bytes": 0, "features": []}
@@ -161,17 +171,17 @@ def test_discard_does_not_change_the_free_space_an_image_is_built_with(scratch, 
     for options in (["delalloc", "noinit_itable", "discard"], ["delalloc", "noinit_itable"]):
         with open(image, "wb") as handle:
             handle.truncate(256 << 20)
-        probe.run_tool(probe.mkfs_argv(mkfs, 256 << 20, image), "mke2fs")
-        with probe.Mounted(image, scratch.path("mnt", "build"), options) as mnt:
+        run_tool(mkfs_argv(mkfs, 256 << 20, image), "mke2fs")
+        with Mounted(image, scratch.path("mnt", "build"), options) as mnt:
             fd = os.open(os.path.join(mnt.target, "placeholder"), os.O_CREAT | os.O_WRONLY, 0o600)
             os.posix_fallocate(fd, 0, int((256 << 20) * used_ratio) // 4096 * 4096 or 4096)
             os.close(fd)
-            holes = probe.fragment(mnt.target, layout, 4096)["holes"]
+            holes = fragment(mnt.target, layout, 4096)["holes"]
         free[options[-1]] = free_space(image)
         os.unlink(image)
     assert holes > 0 and len(free["discard"]) == 3  # the superblock's count, then 2 block groups
     assert free["discard"] == free["noinit_itable"]
-    assert probe.build_options(["delalloc", "discard", "nodiscard"]) == ["delalloc", "nodiscard"]
+    assert build_options(["delalloc", "discard", "nodiscard"]) == ["delalloc", "nodiscard"]
 
 
 def make_job(scratch_dir, plan=None, confirmations=(), netfs=(), **extra):
@@ -196,11 +206,11 @@ def run_probe(tmp_path, job):
 
 def test_each_confirmation_probe_reports_a_ratio(tmp_path, sshfs_mount):
     scratch_dir = "/dev/shm/ext4-audit-probe-confirm-%d" % os.getpid()
-    result, stderr = run_probe(tmp_path, make_job(scratch_dir, confirmations=probe.Confirmations.PROBES,
+    result, stderr = run_probe(tmp_path, make_job(scratch_dir, confirmations=Confirmations.PROBES,
                                                   netfs=[sshfs_mount]))
     assert result["status"] == "ok", result["reason"]
     by_id = dict((c["id"], c) for c in result["confirmations"])
-    assert sorted(by_id) == sorted(probe.Confirmations.PROBES)
+    assert sorted(by_id) == sorted(Confirmations.PROBES)
     for entry in result["confirmations"]:
         assert entry["status"] == "measured", entry
         assert entry["repetitions"] == 3
@@ -248,13 +258,13 @@ def test_confirm_scope_own_measures_only_the_replicas_option_sets(tmp_path):
 
 def own_leftovers(scratch_dir):
     mounts = [line.split()[4] for line in open("/proc/self/mountinfo") if line.split()[4].startswith(scratch_dir)]
-    return {"mounts": mounts, "loops": probe.own_loop_devices(scratch_dir),
+    return {"mounts": mounts, "loops": own_loop_devices(scratch_dir),
             "files": os.listdir(scratch_dir) if os.path.exists(scratch_dir) else []}
 
 
 def test_sigkill_mid_sweep_then_next_run_leaves_nothing(tmp_path, loopfs):
     """A killed probe cannot clean up; its next start must, without touching anyone else's loop device."""
-    from ext4audit import probe as plan_mod
+    from ext4audit.probe import analysis as plan_mod
     decoy = loopfs.make("decoy", size="64M")
     scratch_dir = "/dev/shm/ext4-audit-probe-kill-%d" % os.getpid()
     # A sweep long enough (4,096 runs, ~20 s) that each kill lands while it runs, on any machine.
@@ -268,7 +278,7 @@ def test_sigkill_mid_sweep_then_next_run_leaves_nothing(tmp_path, loopfs):
         assert proc.poll() is None, "attempt %d: the probe ended before it could be killed" % attempt
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    assert os.path.exists(os.path.join(scratch_dir, probe.MARKER)), "the killed run left its scratch directory"
+    assert os.path.exists(os.path.join(scratch_dir, MARKER)), "the killed run left its scratch directory"
     result, _ = run_probe(tmp_path, make_job(scratch_dir, confirmations=["xattr_set"], repetitions=1))
     assert result["status"] == "ok", result["reason"]
     assert own_leftovers(scratch_dir) == {"mounts": [], "loops": [], "files": []}
@@ -279,7 +289,7 @@ def test_sigkill_mid_sweep_then_next_run_leaves_nothing(tmp_path, loopfs):
 
 
 def test_sigterm_cleans_up_at_once(tmp_path):
-    from ext4audit import probe as plan_mod
+    from ext4audit.probe import analysis as plan_mod
     scratch_dir = "/dev/shm/ext4-audit-probe-term-%d" % os.getpid()
     (tmp_path / "job.json").write_text(json.dumps(make_job(scratch_dir, plan=plan_mod.make_plan(7, 256))))
     proc = subprocess.Popen([sys.executable, PROBE_PATH, "run", str(tmp_path / "job.json"), str(tmp_path / "out.json")],
@@ -295,7 +305,7 @@ def test_sigterm_cleans_up_at_once(tmp_path):
 
 def test_second_probe_is_refused_while_one_runs(tmp_path):
     scratch_dir = "/dev/shm/ext4-audit-probe-lock-%d" % os.getpid()
-    with probe.Scratch(scratch_dir, 64 << 20):
+    with Scratch(scratch_dir, 64 << 20):
         job_path, out_path = tmp_path / "job.json", tmp_path / "out.json"
         job_path.write_text(json.dumps(make_job(scratch_dir, confirmations=["xattr_set"], lock_wait_s=1)))
         start = time.monotonic()
@@ -303,7 +313,7 @@ def test_second_probe_is_refused_while_one_runs(tmp_path):
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
         waited = time.monotonic() - start
         result = json.loads(out_path.read_text())
-    assert proc.returncode == probe.REFUSED_EXIT, proc.stderr
+    assert proc.returncode == REFUSED_EXIT, proc.stderr
     assert result["status"] == "refused", result
     assert result["reason"].startswith("another probe is running on this host (pid %d)" % os.getpid())
     assert 1 <= waited < 10
@@ -315,7 +325,7 @@ def test_second_probe_waits_for_the_first_then_runs(tmp_path):
     scratch_dir = "/dev/shm/ext4-audit-probe-wait-%d" % os.getpid()
     job_path, out_path = tmp_path / "job.json", tmp_path / "out.json"
     job_path.write_text(json.dumps(make_job(scratch_dir, lock_wait_s=60)))
-    with probe.Scratch(scratch_dir, 64 << 20):
+    with Scratch(scratch_dir, 64 << 20):
         waiter = subprocess.Popen([sys.executable, PROBE_PATH, "run", str(job_path), str(out_path)],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
         time.sleep(1.5)
@@ -335,13 +345,13 @@ def test_foreign_scratch_directory_is_refused(tmp_path):
     proc = subprocess.run([sys.executable, PROBE_PATH, "run", str(job_path), str(out_path)],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
     result = json.loads(out_path.read_text())
-    assert proc.returncode == probe.REFUSED_EXIT and result["status"] == "refused"
+    assert proc.returncode == REFUSED_EXIT and result["status"] == "refused"
     assert "%s is not the probe's scratch directory" % foreign in result["reason"]
     assert (foreign / "precious").read_text() == "keep me"
 
 
 def test_scratch_cap_stops_the_sweep_with_a_clear_reason(tmp_path):
-    from ext4audit import probe as plan_mod
+    from ext4audit.probe import analysis as plan_mod
     scratch_dir = "/dev/shm/ext4-audit-probe-cap-%d" % os.getpid()
     result, _ = run_probe(tmp_path, make_job(scratch_dir, plan=plan_mod.make_plan(7, 64), scratch_cap_bytes=6 << 20))
     assert result["status"] == "partial"
@@ -353,7 +363,7 @@ def test_scratch_cap_stops_the_sweep_with_a_clear_reason(tmp_path):
 def test_allocator_diagnosis_on_loop_devices(tmp_path):
     """The four experiments for real, on scratch loop devices: the section's shape, each verdict
     one of three with a p value in [0, 1], within a few seconds, and a record the controller takes."""
-    from ext4audit import probe as controller
+    from ext4audit.probe import analysis as controller
 
     scratch_dir = "/dev/shm/ext4-audit-probe-allocator-%d" % os.getpid()
     started = time.monotonic()
@@ -369,8 +379,8 @@ def test_allocator_diagnosis_on_loop_devices(tmp_path):
         print("%-22s %-12s pairs %2d p %s effect %s %s" % (entry["id"], entry["verdict"], entry["pairs"],
                                                            entry["p_value"], entry["effect"], entry["reason"] or ""))
         assert entry["verdict"] in ("present", "absent", "inconclusive")
-        assert entry["pairs"] == probe.ALLOCATOR_PAIRS and 0 <= entry["p_value"] <= 1
-        assert entry["test"] == probe.ALLOCATOR_TEST
+        assert entry["pairs"] == ALLOCATOR_PAIRS and 0 <= entry["p_value"] <= 1
+        assert entry["test"] == ALLOCATOR_TEST
         assert set(entry["effect"]) == {"dspan_p50_ratio", "dspan_p90_ratio", "tail_share_trigger",
                                         "tail_share_control"}
         assert "allocator %s: %s" % (entry["id"], entry["verdict"]) in stderr

@@ -31,7 +31,7 @@ def scratch_dir():
 
 
 def run_probe(tmp_path, scratch_dir, name):
-    from ext4audit import probe as plan_mod
+    from ext4audit.probe import analysis as plan_mod
     job_path, out_path = tmp_path / (name + ".json"), tmp_path / (name + "-out.json")
     job_path.write_text(json.dumps(make_job(scratch_dir, plan=plan_mod.make_plan(7, 12), keep_cache=True)))
     proc = subprocess.run([sys.executable, PROBE_PATH, "run", str(job_path), str(out_path)],

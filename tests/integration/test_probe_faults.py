@@ -108,7 +108,7 @@ def gone_with_the_probe(scratch_dir, wait_s=5.0):
 def test_a_probe_killed_mid_sweep_takes_its_mounts_and_loop_devices_with_it(tmp_path):
     """SIGKILL while the probe has scratch filesystems mounted: no mount of it in this namespace,
     no loop device of its images attached (losetup -J), without any later probe run."""
-    from ext4audit import probe as plan_mod
+    from ext4audit.probe import analysis as plan_mod
     scratch_dir = "/dev/shm/ext4-audit-probe-kill-%d" % os.getpid()
     job_path = tmp_path / "sweep.json"
     job_path.write_text(json.dumps(make_job(scratch_dir, plan=plan_mod.make_plan(7, 512), confirmations=[])))
@@ -206,7 +206,7 @@ def decoys():
 
 
 def test_24_sigkills_at_seeded_points_leave_nothing_and_touch_no_other_loop_device(tmp_path, decoys):
-    from ext4audit import probe as plan_mod
+    from ext4audit.probe import analysis as plan_mod
     scratch_dir = "/dev/shm/ext4-audit-probe-faults-%d" % os.getpid()
     decoy = decoys(scratch_dir)
     others = loop_devices(scratch_dir)
@@ -271,7 +271,7 @@ def small_tmpfs(tmp_path):
 
 
 def test_scratch_filesystem_full_mid_sweep_stops_with_the_reason(tmp_path, small_tmpfs):
-    from ext4audit import probe as plan_mod
+    from ext4audit.probe import analysis as plan_mod
     scratch_dir = os.path.join(small_tmpfs, "probe")
     result, stderr = run_probe(tmp_path, make_job(scratch_dir, plan=plan_mod.make_plan(7, 256),
                                                   confirmations=["rename_over_existing"],
@@ -344,7 +344,7 @@ def test_a_process_of_the_host_cannot_hold_a_runs_mount(tmp_path):
     (EBUSY) and stopped the sweep while the probe mounted in the host's namespace; its mounts are
     now in a private mount namespace, so such a process only sits in the empty folder underneath:
     the sweep runs to its end and nothing of the probe's is left."""
-    from ext4audit import probe as plan_mod
+    from ext4audit.probe import analysis as plan_mod
     scratch_dir = str(tmp_path / "probe")
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, os.path.join(scratch_dir, "mnt", "run1")],
                               stdout=subprocess.PIPE, universal_newlines=True)

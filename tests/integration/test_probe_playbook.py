@@ -92,7 +92,7 @@ def test_32_run_sweep_fills_the_probe_section(loopfs, tmp_path, playbook):
     assert "localhost" in str(summary["probe"])
     markdown = open(os.path.join(str(tmp_path / "reports"), "latest", "summary.md")).read()
     assert "rename_over_existing" in markdown
-    # the probe's record and plan match their published schemas too (schemas/, ext4audit/contract.py)
+    # the probe's record and plan match their published schemas too (schemas/, ext4audit/model/contract.py)
     checked = check_run_against_schemas(os.path.join(str(tmp_path / "reports"), "latest"))
     assert {"probe-plan.json", "probe-record.json", "host-report.json"} <= set(checked.values()), checked
 
@@ -142,7 +142,7 @@ def test_probe_killed_mid_sweep_is_cleaned_up_by_the_next_run(tmp_path):
                 cmdline = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
             except OSError:
                 continue
-            if any(arg.endswith(b"ext4_probe.py") for arg in cmdline) and b"run" in cmdline and \
+            if any(arg.endswith(b"ext4_probe.pyz") for arg in cmdline) and b"run" in cmdline and \
                     ours(cmdline, scratch_dir):
                 victim = int(pid)
         if victim:

@@ -3,6 +3,7 @@ JSON): it deploys the probe into the private directory it makes, runs it, return
 said and removes what it wrote; a path planted where it would make its directory is refused untouched.
 The probe's real runs through this module are in test_probe_playbook.py and test_operator_view.py."""
 
+import base64
 import json
 import os
 import pwd
@@ -12,19 +13,16 @@ import sys
 import time
 
 from conftest import ROOT, needs_root, run
+from ext4audit.parsers import probe_payload
 
 pytestmark = needs_root
 
 MODULE = os.path.join(ROOT, "plugins", "modules", "ext4_probe_run.py")
-CODE = os.path.join(ROOT, "roles", "chopper_probe", "files")
 AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 
 
 def run_module(tmp_path, workdir, job):
-    args = {"workdir": workdir, "job": job}
-    for arg, name in (("probe", "ext4_probe.py"), ("parsers", "ext4_parsers.py")):
-        with open(os.path.join(CODE, name)) as handle:
-            args[arg] = handle.read()
+    args = {"workdir": workdir, "job": job, "probe": base64.b64encode(probe_payload.build()).decode("ascii")}
     args_file = tmp_path / "args.json"  # the code is larger than one command-line argument may be
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
     proc = subprocess.run([sys.executable, MODULE, str(args_file)],
@@ -77,9 +75,10 @@ def test_directories_of_killed_runs_are_removed_and_nothing_else(tmp_path):
         os.utime(path, (time.time() - age, time.time() - age))
         return path
 
-    killed = planted("ext4_probe.py", "ext4_parsers.py", "job.json", "progress.log")
-    running = planted("ext4_probe.py", "job.json")
-    fresh = planted("ext4_probe.py", age=0)
+    killed = planted("ext4_probe.pyz", "job.json", "progress.log")
+    killed_earlier = planted("ext4_probe.py", "ext4_parsers.py", "job.json")  # as versions before the payload
+    running = planted("ext4_probe.pyz", "job.json")
+    fresh = planted("ext4_probe.pyz", age=0)
     extra = planted("job.json", "notes.txt")
     theirs = planted()
     os.chown(theirs, pwd.getpwnam("nobody").pw_uid, -1)
@@ -94,9 +93,9 @@ def test_directories_of_killed_runs_are_removed_and_nothing_else(tmp_path):
             time.sleep(0.05)
         result = run_module(tmp_path, "/tmp/ext4-probe-test-%s" % secrets.token_hex(8), {"schema": "not-a-probe-job"})
         assert result["rc"] == 2, result
-        assert not os.path.lexists(killed)
-        assert sorted(os.listdir(running)) == ["ext4_probe.py", "job.json"]
-        assert os.listdir(fresh) == ["ext4_probe.py"]
+        assert not os.path.lexists(killed) and not os.path.lexists(killed_earlier)
+        assert sorted(os.listdir(running)) == ["ext4_probe.pyz", "job.json"]
+        assert os.listdir(fresh) == ["ext4_probe.pyz"]
         assert os.listdir(extra) == ["notes.txt"]
         assert os.path.isdir(theirs) and os.path.islink(link)
     finally:

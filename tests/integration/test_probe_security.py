@@ -21,7 +21,9 @@ import pytest
 
 from conftest import needs_root, run
 from test_probe_faults import leftovers, make_job
-from unit.test_probe_target import PROBE_PATH, probe
+from ext4audit.parsers.ext4_probe.job import REFUSED_EXIT
+from ext4audit.parsers.ext4_probe.scratch_dir import MARKER
+from unit.test_probe_target import PROBE_PATH
 
 pytestmark = needs_root
 
@@ -76,7 +78,7 @@ def run_probe(tmp_path, job):
 
 
 def a_plan(runs):
-    from ext4audit import probe as plan_mod
+    from ext4audit.probe import analysis as plan_mod
     return plan_mod.make_plan(7, runs)
 
 
@@ -86,7 +88,7 @@ def test_symlink_to_a_users_directory_is_refused_and_the_directory_kept(tmp_path
     before = snapshot(paths["victim"])
     rc, result, stderr = run_probe(tmp_path, make_job(paths["scratch"], plan=a_plan(8)))
     assert snapshot(paths["victim"]) == before and len(before) == 3
-    assert rc == probe.REFUSED_EXIT and result["status"] == "refused", (rc, result["reason"], stderr)
+    assert rc == REFUSED_EXIT and result["status"] == "refused", (rc, result["reason"], stderr)
     assert result["reason"].startswith("%s is a symbolic link (to %s, owned by uid 65534)"
                                        % (paths["scratch"], paths["victim"])), result["reason"]
     assert os.readlink(paths["scratch"]) == paths["victim"]
@@ -99,7 +101,7 @@ def test_dangling_symlink_is_refused_and_nothing_is_made_where_it_points(tmp_pat
     rc, result, stderr = run_probe(tmp_path, make_job(paths["scratch"], plan=a_plan(8), keep_cache=True))
     assert not os.path.lexists(paths["elsewhere"]), os.listdir(paths["elsewhere"])
     assert leftovers(paths["elsewhere"]) == {"mounts": [], "loops": [], "files": []}
-    assert rc == probe.REFUSED_EXIT and result["status"] == "refused", (rc, result["reason"], stderr)
+    assert rc == REFUSED_EXIT and result["status"] == "refused", (rc, result["reason"], stderr)
     assert result["reason"].startswith("%s is a symbolic link (to %s, owned by uid 65534)"
                                        % (paths["scratch"], paths["elsewhere"])), result["reason"]
 
@@ -111,7 +113,7 @@ def test_scratch_path_through_a_users_directory_is_refused(tmp_path, paths):
     scratch = os.path.join(paths["victim"], "probe")
     rc, result, stderr = run_probe(tmp_path, make_job(scratch, plan=a_plan(8)))
     assert os.listdir(paths["victim"]) == []
-    assert rc == probe.REFUSED_EXIT and result["status"] == "refused", (rc, result["reason"], stderr)
+    assert rc == REFUSED_EXIT and result["status"] == "refused", (rc, result["reason"], stderr)
     assert result["reason"].startswith("%s is owned by uid 65534, not root" % paths["victim"]), result["reason"]
 
 
@@ -135,11 +137,11 @@ def test_directory_swapped_for_a_symlink_mid_run_is_refused_and_the_victim_kept(
     _, stderr = proc.communicate(timeout=300)
     assert snapshot(paths["victim"]) == before
     result = json.loads(out_path.read_text())
-    assert proc.returncode == probe.REFUSED_EXIT and result["status"] == "refused", (result["reason"], stderr)
+    assert proc.returncode == REFUSED_EXIT and result["status"] == "refused", (result["reason"], stderr)
     assert result["reason"].startswith("%s was replaced during the run (it is now a symbolic link)"
                                        % paths["scratch"]), result["reason"]
     assert result["sweep"]["completed"] > 1, "the sweep went on in the probe's own directory"
     assert os.readlink(paths["scratch"]) == paths["victim"]
     # the probe emptied its own directory where it now is (through its descriptor), nothing else
-    assert leftovers(paths["scratch"] + "-moved") == {"mounts": [], "loops": [], "files": [probe.MARKER]}
+    assert leftovers(paths["scratch"] + "-moved") == {"mounts": [], "loops": [], "files": [MARKER]}
     assert leftovers(paths["victim"])["mounts"] == [] and leftovers(paths["victim"])["loops"] == []

@@ -9,7 +9,8 @@ import subprocess
 import pytest
 
 from conftest import needs_root, run
-from ext4audit import catalog, remediation
+from ext4audit.rules import catalog
+from ext4audit.steps import remediation
 
 pytestmark = needs_root
 

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from conftest import needs_root
-from ext4audit import catalog as catalog_mod, engine, mount_options
+from ext4audit.rules import catalog as catalog_mod, engine, mount_options
 from ext4audit.parsers import kernel_version
 from test_module_errors import run_module
 

@@ -26,8 +26,10 @@ import xml.etree.ElementTree as ET
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ext4audit import writers
-from ext4audit.parsers import ext4_parsers, kernel_version
+from ext4audit.formats import writers
+from ext4audit.parsers import kernel_version
+from ext4audit.parsers.ext4_parsers.mounts import parse_ext4_options
+from ext4audit.parsers.ext4_parsers.superblock import parse_dumpe2fs
 from conftest import ROOT, VENV_BIN, fixture_text
 
 HOSTS = 2000
@@ -39,7 +41,7 @@ OUTPUTS = ("summary.json", "junit.xml", "summary.md", "report.html", "report.sar
 def facts(mountpoint, options):
     """A host's facts as ext4_facts returns them, from real fixtures (6.18 defaults, e2fsprogs 1.47)."""
     fs = {"device": "/dev/vdb", "mountpoint": mountpoint, "fstype": "ext4", "options_source": "proc",
-          "options": options, "superblock": ext4_parsers.parse_dumpe2fs(fixture_text(
+          "options": options, "superblock": parse_dumpe2fs(fixture_text(
               "dumpe2fs", "e2fsprogs-1.47-default-2g.txt")),
           "queue": {"write_cache": "write back", "rotational": 0}, "fstab": None, "fstab_drift": [], "jbd2": None}
     kernel = dict(kernel_version.identify("6.18.44", "Linux version 6.18.44 #1 SMP"), page_size=4096)
@@ -49,7 +51,7 @@ def facts(mountpoint, options):
 
 def write_facts(run_dir, hosts, hostile_every=100):
     os.makedirs(os.path.join(run_dir, "facts"))
-    options = ext4_parsers.parse_ext4_options(fixture_text("ext4_options", "kernel-6.18-defaults.txt"))
+    options = parse_ext4_options(fixture_text("ext4_options", "kernel-6.18-defaults.txt"))
     plain = facts("/data", options)
     hostile = facts("/srv/<script>alert(1)</script> `$(id)`\n\\xff", options + ["nobarrier"])
     for number in range(hosts):

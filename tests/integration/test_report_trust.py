@@ -102,7 +102,7 @@ def ext4audit_run(*args, env=None, timeout=300):
     environ = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                    PYTHONPATH=ROOT, **(env or {}))
     started = time.monotonic()
-    result = subprocess.run([os.path.join(VENV_BIN, "python"), "-m", "ext4audit.run", "playbooks/audit.yml"]
+    result = subprocess.run([os.path.join(VENV_BIN, "python"), "-m", "ext4audit.cli.run", "playbooks/audit.yml"]
                             + list(args), cwd=ROOT, env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             timeout=timeout)
     return result.returncode, result.stdout.decode(errors="replace"), time.monotonic() - started

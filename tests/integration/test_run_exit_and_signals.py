@@ -13,7 +13,7 @@ import time
 import pytest
 from conftest import ROOT
 
-from ext4audit import run as run_module
+from ext4audit.cli import run as run_module
 from ext4audit.parsers import own_folders
 
 PYTHON = sys.executable
@@ -21,7 +21,7 @@ PYTHON = sys.executable
 
 def wrapper(args, env=None, **kwargs):
     environ = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_NOCOLOR="1", **(env or {}))
-    return subprocess.Popen([PYTHON, "-m", "ext4audit.run", "--"] + list(args), cwd=ROOT, env=environ,
+    return subprocess.Popen([PYTHON, "-m", "ext4audit.cli.run", "--"] + list(args), cwd=ROOT, env=environ,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, **kwargs)
 
 

@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conftest import ROOT, VENV_BIN, ansible_playbook, free_port, load_json, needs_root
-from ext4audit.markdown import md
+from ext4audit.formats.markdown import md
 
 pytestmark = needs_root
 

@@ -9,7 +9,9 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from ext4audit import baseline, contract, reports, terminal
+from ext4audit.formats import terminal
+from ext4audit.model import contract
+from ext4audit.report import baseline, reports
 from test_reports import HOSTILE, cli, write_run
 from test_rules import facts, with_options
 

@@ -1,10 +1,10 @@
-"""ext4audit/boot_tools.py: what an image's GRUB and e2fsck read, by the versions in its dpkg
+"""ext4audit/rules/boot_tools.py: what an image's GRUB and e2fsck read, by the versions in its dpkg
 database (rules/boot_tools.yml). End to end on real images: tests/integration/test_image_facts.py."""
 
 import pytest
 
-from ext4audit import boot_tools
-from ext4audit.parsers import ext4_parsers
+from ext4audit.rules import boot_tools
+from ext4audit.parsers.ext4_parsers.os_files import parse_dpkg_status
 
 
 @pytest.mark.parametrize("version, numbers", [
@@ -43,7 +43,7 @@ def test_the_dpkg_database_parser_reads_only_installed_packages():
             " Version: 9.9 (a continuation line)\n\n"
             "Package: e2fsprogs\nStatus: deinstall ok config-files\nVersion: 1.46.0-1\n\n"
             "Package: grub2-common\nStatus: install ok half-configured\nVersion: 2.12-1\n")
-    assert ext4_parsers.parse_dpkg_status(text, ("grub-common", "grub2-common", "e2fsprogs")) == {
+    assert parse_dpkg_status(text, ("grub-common", "grub2-common", "e2fsprogs")) == {
         "grub-common": "2.06-13"}
 
 

@@ -1,4 +1,4 @@
-"""The contract (ext4audit/contract.py): the published JSON Schemas are the models' (regenerated
+"""The contract (ext4audit/model/contract.py): the published JSON Schemas are the models' (regenerated
 here, compared byte for byte), valid JSON Schemas, and true to the shipped rule catalog and
 example waivers; a constant both sides of the audit use exists once, and the Ansible side's
 copies (argument specs, defaults, the modules' documentation) are checked against it."""
@@ -14,8 +14,13 @@ import pytest
 import yaml
 
 from conftest import ROOT, module_return_doc
-from ext4audit import DEFAULT_FAIL_ON, EXIT_CODES, SEVERITIES, contract, fact_paths
-from ext4audit.parsers import ext4_parsers
+from ext4audit import DEFAULT_FAIL_ON, EXIT_CODES, SEVERITIES
+from ext4audit.model import contract, fact_paths
+from ext4audit.parsers.ext4_probe import confirmations as probe_confirmations, job as probe_job
+from ext4audit.parsers.ext4_parsers.common import (
+    CONFIRM_SCOPES, CONFIRMATION_PROBES, FACTS_SCHEMA, NETFS_TYPES, PROBE_RESULT_SCHEMA,
+)
+from ext4audit.parsers.ext4_parsers.superblock import SUPERBLOCK_FIELDS
 
 
 def _schema(name):
@@ -39,7 +44,7 @@ def test_the_published_schemas_are_the_models(tmp_path):
     for name in contract.SCHEMAS:
         with open(os.path.join(contract.SCHEMAS_DIR, name), encoding="utf-8") as published:
             assert published.read() == (tmp_path / name).read_text(encoding="utf-8"), \
-                "schemas/%s differs from ext4audit/contract.py's model: run make schemas" % name
+                "schemas/%s differs from ext4audit/model/contract.py's model: run make schemas" % name
 
 
 @pytest.mark.parametrize("name", sorted(contract.SCHEMAS))
@@ -63,7 +68,7 @@ def test_a_misspelt_waiver_or_rule_field_is_refused_by_the_schema():
 
 
 RECORD = {"host": "db-1", "status": "audited", "groups": ["db"], "reason": None, "added_later": 1,
-          "facts": {"schema": ext4_parsers.FACTS_SCHEMA, "kernel": {"release": "6.1.0"}, "netfs": [],
+          "facts": {"schema": FACTS_SCHEMA, "kernel": {"release": "6.1.0"}, "netfs": [],
                     "filesystems": [{"mountpoint": "/", "options": ["rw"], "superblock": {"inode_size": 256,
                                                                                          "a_new_key": "x"}}]}}
 
@@ -99,7 +104,7 @@ ALLOCATOR = {"status": "ran", "reason": None, "issues": [
 
 
 def test_the_probe_result_may_carry_the_allocator_experiments():
-    record = {"host": "db-1", "status": "ran", "result": {"schema": ext4_parsers.PROBE_RESULT_SCHEMA,
+    record = {"host": "db-1", "status": "ran", "result": {"schema": PROBE_RESULT_SCHEMA,
                                                           "allocator": ALLOCATOR}}
     contract.check(record, contract.ProbeRecord, "probe file p.json")
     jsonschema.validate(record, _schema("probe-record.json"))
@@ -114,7 +119,7 @@ def test_the_probe_result_may_carry_a_confirmation_its_scope_skipped():
                "mountpoint": None, "repetitions": 0, "ratio": None, "ratio_spread": None, "risky": None, "safe": None,
                "reason": "not your configuration: the replica of / does not use nodelalloc (set "
                          "chopper_probe_confirm_scope: all to measure it)"}
-    record = {"host": "db-1", "status": "ran", "result": {"schema": ext4_parsers.PROBE_RESULT_SCHEMA,
+    record = {"host": "db-1", "status": "ran", "result": {"schema": PROBE_RESULT_SCHEMA,
                                                           "confirmations": [skipped]}}
     contract.check(record, contract.ProbeRecord, "probe file p.json")
     jsonschema.validate(record, _schema("probe-record.json"))
@@ -147,44 +152,44 @@ def test_the_confirmation_probes_are_the_probes():
     assert tuple(_role_spec("chopper_probe", "main", "chopper_probe_confirmations")["default"]) == contract.PROBES
     assert tuple(_yaml("roles", "chopper_probe", "defaults", "main.yml")["chopper_probe_confirmations"]) == \
         contract.PROBES
-    with open(os.path.join(ROOT, "roles", "chopper_probe", "files", "ext4_probe.py"), encoding="utf-8") as handle:
-        probe_source = handle.read()
-    # the probe takes them (and its result's schema id) from ext4_parsers, shipped beside it
-    assert "PROBES = ext4_parsers.CONFIRMATION_PROBES" in probe_source
-    assert "RESULT_SCHEMA = ext4_parsers.PROBE_RESULT_SCHEMA" in probe_source
-    assert probe_source.count("ext4-fleet-audit/probe-result") == 0
+    # the probe takes them (and its result's schema id) from the parsers it travels with
+    assert probe_confirmations.Confirmations.PROBES is CONFIRMATION_PROBES
+    assert probe_job.RESULT_SCHEMA is PROBE_RESULT_SCHEMA
+    probe_dir = os.path.join(ROOT, "plugins", "module_utils", "ext4_probe")
+    for name in os.listdir(probe_dir):
+        with open(os.path.join(probe_dir, name), encoding="utf-8") as handle:
+            assert "ext4-fleet-audit/probe-result" not in handle.read(), name
 
 
 def test_the_confirm_scopes_are_the_probes():
-    """One list of scopes (ext4_parsers, shipped with the probe), the role's choices and default
+    """One list of scopes (ext4_parsers.common, shipped with the probe), the role's choices and default
     from it, and the role sends the scope in every job."""
     spec = _role_spec("chopper_probe", "main", "chopper_probe_confirm_scope")
-    assert tuple(spec["choices"]) == ext4_parsers.CONFIRM_SCOPES
+    assert tuple(spec["choices"]) == CONFIRM_SCOPES
     assert spec["default"] == _yaml("roles", "chopper_probe", "defaults", "main.yml")["chopper_probe_confirm_scope"] \
         == "own"
     [start] = [task for block in _yaml("roles", "chopper_probe", "tasks", "run.yml") for task in block.get("block", [])
                if "ext4audit.fleet.ext4_probe_run" in task]
     assert start["ext4audit.fleet.ext4_probe_run"]["job"]["confirm_scope"] == "{{ chopper_probe_confirm_scope }}"
-    with open(os.path.join(ROOT, "roles", "chopper_probe", "files", "ext4_probe.py"), encoding="utf-8") as handle:
-        assert "CONFIRM_SCOPES = ext4_parsers.CONFIRM_SCOPES" in handle.read()
+    assert probe_job.CONFIRM_SCOPES is CONFIRM_SCOPES
 
 
 def test_the_facts_modules_document_the_constants_they_use():
     for name in ("ext4_facts", "ext4_image_facts"):
         path = os.path.join(ROOT, "plugins", "modules", name + ".py")
-        assert module_return_doc(path)[name]["contains"]["schema"]["sample"] == ext4_parsers.FACTS_SCHEMA
+        assert module_return_doc(path)[name]["contains"]["schema"]["sample"] == FACTS_SCHEMA
         with open(path, encoding="utf-8") as handle:
             tree = ast.parse(handle.read())
         [doc] = [node.value.value for node in tree.body if isinstance(node, ast.Assign)
                  and getattr(node.targets[0], "id", None) == "DOCUMENTATION"]
         options = yaml.safe_load(doc)["options"]
         if "netfs_types" in options:
-            assert tuple(options["netfs_types"]["default"]) == ext4_parsers.NETFS_TYPES
+            assert tuple(options["netfs_types"]["default"]) == NETFS_TYPES
 
 
 def test_no_schema_id_is_written_twice():
     """Each schema id's text is in one file of the code that writes or reads it."""
-    ids = (ext4_parsers.FACTS_SCHEMA, ext4_parsers.PROBE_RESULT_SCHEMA, contract.HOST_REPORT_SCHEMA,
+    ids = (FACTS_SCHEMA, PROBE_RESULT_SCHEMA, contract.HOST_REPORT_SCHEMA,
            contract.SUMMARY_SCHEMA, contract.PROBE_PLAN_SCHEMA, contract.KERNEL_GATE_SCHEMA, contract.FINDINGS_INDEX_SCHEMA)
     code = [os.path.join(folder, name) for top in ("ext4audit", "plugins", "roles")
             for folder, _, names in os.walk(os.path.join(ROOT, top)) for name in names
@@ -199,9 +204,9 @@ def test_no_schema_id_is_written_twice():
 
 
 def test_the_superblock_fields_are_one_table():
-    """ext4_parsers.SUPERBLOCK_FIELDS: the fact paths are its names, the contract decodes some of
+    """ext4_parsers.superblock.SUPERBLOCK_FIELDS: the fact paths are its names, the contract decodes some of
     them, and both modules' RETURN blocks list them as tools/module_return.py writes them."""
-    names = [name for name, _kind, _text in ext4_parsers.SUPERBLOCK_FIELDS]
+    names = [name for name, _kind, _text in SUPERBLOCK_FIELDS]
     assert tuple(names) == fact_paths.SUPERBLOCK and set(contract.Superblock.__struct_fields__) <= set(names)
     for module in ("ext4_facts", "ext4_image_facts"):
         doc = module_return_doc(os.path.join(ROOT, "plugins", "modules", module + ".py"))

@@ -15,7 +15,7 @@ import time
 import pytest
 
 from conftest import ROOT, VENV_BIN
-from ext4audit import cli as cli_mod
+from ext4audit.cli import commands as cli_mod
 from ext4audit.parsers import run_folder
 from test_probe_controller import PLAN, audited, record, write_probe
 from test_reports import cli, hostile_facts, write_run

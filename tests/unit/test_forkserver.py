@@ -1,4 +1,4 @@
-"""`ext4audit run` serves the playbook's `ext4audit` commands from forks of itself (ext4audit/forkserver.py):
+"""`ext4audit run` serves the playbook's `ext4audit` commands from forks of itself (ext4audit/cli/forkserver.py):
 the same output and exit code as a command run in its own process; a server that is not there,
 refuses, or ends without an answer never turns into a pass; another user cannot use it."""
 
@@ -16,14 +16,14 @@ import pytest
 
 from conftest import ROOT
 
-from ext4audit import forkserver
+from ext4audit.cli import forkserver
 
 PYTHON = os.path.join(ROOT, ".venv", "bin", "python") if os.path.exists(os.path.join(ROOT, ".venv", "bin", "python")) \
     else sys.executable
 # A client: the command through forward(); prints (to stderr, last line) whether a server ran it.
 CLIENT = textwrap.dedent("""
     import sys
-    from ext4audit import forkserver
+    from ext4audit.cli import forkserver
     code = forkserver.forward(sys.argv[1:])
     sys.stdout.flush()
     print("served" if code is not None else "not served", file=sys.stderr)
@@ -32,7 +32,7 @@ CLIENT = textwrap.dedent("""
 # A server whose "playbook" is a sleep the test ends.
 SERVER = textwrap.dedent("""
     import subprocess, sys
-    from ext4audit import forkserver, run
+    from ext4audit.cli import forkserver, run
     listener, path = forkserver.listen(sys.argv[1])
     child = subprocess.Popen(["sleep", "60"])
     print(path, child.pid, flush=True)
@@ -173,7 +173,7 @@ def test_run_without_a_socket_runs_the_playbook_as_before(tmp_path):
     """))
     env = dict(os.environ, TMPDIR=str(deep), ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"))
     env.pop(forkserver.ENV, None)
-    result = run([PYTHON, "-m", "ext4audit.run", "--", str(playbook), "-i", "localhost,", "-c", "local",
+    result = run([PYTHON, "-m", "ext4audit.cli.run", "--", str(playbook), "-i", "localhost,", "-c", "local",
                   "-e", "ansible_python_interpreter=" + PYTHON], env)
     assert result.returncode == 2, result.stdout[-3000:] + result.stderr[-3000:]
     assert "failed=0" in result.stdout and "no verdict" in result.stderr, result.stdout[-3000:] + result.stderr

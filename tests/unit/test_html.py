@@ -20,8 +20,12 @@ from hypothesis import given, settings, strategies as st
 from html.parser import HTMLParser
 
 from conftest import ROOT, VENV_BIN
-from ext4audit import catalog as catalog_mod, fleet, html as report_html, kernel_gate, plots, probe, reports
-from ext4audit import waivers as waivers_mod
+from ext4audit.formats import html as report_html
+from ext4audit.probe import plots, analysis as probe
+from ext4audit.report import reports
+from ext4audit.steps import fleet, kernel_gate
+from ext4audit.rules import catalog as catalog_mod
+from ext4audit.rules import waivers as waivers_mod
 from test_rules import facts, with_options
 
 NOW = datetime.datetime(2026, 11, 21, 12, 0, tzinfo=datetime.timezone.utc)
@@ -29,7 +33,7 @@ NOW = datetime.datetime(2026, 11, 21, 12, 0, tzinfo=datetime.timezone.utc)
 HOSTILE = 'odd <script>window.__pwned=1</script> "q" $(id) `x`\nname'
 RULE_MARKUP = '<img src=x onerror="window.__pwned=2">'
 PLAN = probe.make_plan(runs=32)
-SCRIPT = open(os.path.join(ROOT, "ext4audit", "templates", "report.js"), encoding="utf-8").read()
+SCRIPT = open(os.path.join(ROOT, "ext4audit", "formats", "templates", "report.js"), encoding="utf-8").read()
 
 
 class Page(HTMLParser):
@@ -343,7 +347,7 @@ def test_a_run_without_probe_data_draws_nothing_and_never_imports_matplotlib(tmp
     summary, host_reports = make_run(str(tmp_path / "run"), hostile_catalog, with_probe=False)
     path = tmp_path / "inputs.json"
     path.write_text(json.dumps([summary, host_reports]))
-    code = ("import json, sys; from ext4audit import html; s, h = json.load(open(sys.argv[1])); "
+    code = ("import json, sys; from ext4audit.formats import html; s, h = json.load(open(sys.argv[1])); "
             "page = html.render(s, h); assert '<svg' not in page and 'verdict-fail' in page; "
             "assert 'matplotlib' not in sys.modules, 'matplotlib imported'")
     result = subprocess.run([sys.executable, "-c", code, str(path)], cwd=ROOT, stderr=subprocess.PIPE)
@@ -473,7 +477,7 @@ def test_output_is_deterministic_across_processes(run):
     path = os.path.join(run_dir, "inputs.json")
     with open(path, "w") as handle:
         json.dump([summary, host_reports], handle)
-    code = ("import json, sys; from ext4audit import html, catalog; s, h = json.load(open(sys.argv[1])); "
+    code = ("import json, sys; from ext4audit.formats import html; from ext4audit.rules import catalog; s, h = json.load(open(sys.argv[1])); "
             "sys.stdout.write(html.render(s, h, catalog.load(sys.argv[2]), sys.argv[3]))")
     result = subprocess.run([sys.executable, "-c", code, path, catalog.test_rules_dir, run_dir], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -5,6 +5,7 @@ Partition tables are built here byte by byte from the MBR and UEFI GPT layouts (
 tests/integration/test_image_facts.py reads the ones sfdisk writes."""
 
 import binascii
+import glob
 import os
 import random
 import re
@@ -17,7 +18,15 @@ import pytest
 
 from conftest import ROOT, VENV_BIN, fixture_text
 
-from ext4audit.parsers import ext4_parsers as p
+from ext4audit.parsers.ext4_parsers.common import ParseError
+from ext4audit.parsers.ext4_parsers.disk_image import (
+    parse_bzimage_version, parse_debugfs_fast_link, parse_debugfs_ls, parse_partition_table, plain_image_path,
+)
+from ext4audit.parsers.ext4_parsers.fstab import fstab_long_line, fstab_mount_tokens, fstab_spec_target
+from ext4audit.parsers.ext4_parsers.kernel_defaults import infer_options
+from ext4audit.parsers.ext4_parsers.mounts import option_map
+from ext4audit.parsers.ext4_parsers.os_files import parse_grub_first_kernel, release_sort_key
+from ext4audit.parsers.ext4_parsers.superblock import ext_fstype, parse_dumpe2fs_identity
 
 MODULE = os.path.join(ROOT, "library", "ext4_image_facts.py")
 
@@ -32,11 +41,11 @@ def test_ext4_facts_uses_the_shared_inference():
 
 
 def test_fstab_mount_tokens_keep_what_reaches_ext4():
-    assert p.fstab_mount_tokens(["defaults"]) == ["rw"]
-    assert p.fstab_mount_tokens(["errors=remount-ro", "noatime", "nofail", "x-systemd.growfs"]) == \
+    assert fstab_mount_tokens(["defaults"]) == ["rw"]
+    assert fstab_mount_tokens(["errors=remount-ro", "noatime", "nofail", "x-systemd.growfs"]) == \
         ["rw", "errors=remount-ro"]
-    assert p.fstab_mount_tokens(["ro", "nodelalloc", "commit=30"]) == ["ro", "nodelalloc", "commit=30"]
-    inferred = p.option_map(p.infer_options(None, p.fstab_mount_tokens(["nobarrier", "data=writeback"]), "6.1.0"))
+    assert fstab_mount_tokens(["ro", "nodelalloc", "commit=30"]) == ["ro", "nodelalloc", "commit=30"]
+    inferred = option_map(infer_options(None, fstab_mount_tokens(["nobarrier", "data=writeback"]), "6.1.0"))
     assert inferred["barrier"] is False and inferred["data"] == "writeback" and inferred["delalloc"] is True
 
 
@@ -56,7 +65,7 @@ def test_fstab_mount_tokens_keep_what_reaches_ext4():
     ("/dev/mapper/vg-root", (None, "/dev/mapper/vg-root")), ("server:/export", (None, "server:/export")),
 ])
 def test_fstab_spec_target(spec, expected):
-    assert p.fstab_spec_target(spec) == expected
+    assert fstab_spec_target(spec) == expected
 
 
 @pytest.mark.parametrize("spec", ["/dev/sda" + "1" * 5000, "/dev/nvme0n1p" + "9" * 5000, "/dev/vda\u0661",
@@ -64,20 +73,20 @@ def test_fstab_spec_target(spec, expected):
 def test_fstab_partition_numbers_are_short_ascii(spec):
     """Python's int() refuses strings of over 4,300 digits (ValueError) and reads Unicode digits:
     a partition number is 1 to 3 ASCII digits, anything else names nothing this check knows."""
-    assert p.fstab_spec_target(spec) == (None, spec)
+    assert fstab_spec_target(spec) == (None, spec)
 
 
 # ------------------------------------------------------------------ in-image paths
 @pytest.mark.parametrize("path", ["/boot/vmlinuz-6.12.117+deb12-cloud-amd64", "/etc/os-release",
                                   "/boot/initrd.img-6.1.0-56-cloud-amd64", "/", "/a/../b", "/x@y:z=1,2~"])
 def test_plain_paths_pass(path):
-    assert p.plain_image_path(path)
+    assert plain_image_path(path)
 
 
 @pytest.mark.parametrize("path", ["boot/vmlinuz", "/boot/vmlinuz-1; dump /etc/shadow /tmp/x", "/a b", '/a"b',
                                   "/a'b", "/a\nb", "/a\tb", "/a\\b", "/$HOME", "/a`b`", "/caf\u00e9", "", "/a|b"])
 def test_other_paths_are_refused(path):
-    assert not p.plain_image_path(path)
+    assert not plain_image_path(path)
 
 
 # ------------------------------------------------------------------------ debugfs
@@ -104,7 +113,7 @@ Fast link dest: "boot/vmlinuz-1; dump /etc/shadow /tmp/x"
 
 
 def test_parse_debugfs_ls():
-    entries = p.parse_debugfs_ls(LS_P)
+    entries = parse_debugfs_ls(LS_P)
     assert [e["name"] for e in entries] == ["lost+found", "boot", "longlink", "vmlinuz",
                                             "initrd.img-6.1.0-56-cloud-amd64"]
     by_name = dict((e["name"], e) for e in entries)
@@ -118,26 +127,26 @@ def test_parse_debugfs_ls_numbers_are_bounded():
     bounded ASCII digits, or the line is not an entry."""
     forged = "/%s/100644/0/0/fstab/12/\n/12/100644/0/0/fstab/%s/\n/13/100644/0/0/os-release/\u0661/\n" % (
         "9" * 5000, "9" * 5000)
-    assert p.parse_debugfs_ls(forged + LS_P)[0]["name"] == "lost+found"
-    assert p.parse_debugfs_ls(forged) == []
+    assert parse_debugfs_ls(forged + LS_P)[0]["name"] == "lost+found"
+    assert parse_debugfs_ls(forged) == []
 
 
 def test_parse_debugfs_fast_link():
-    assert p.parse_debugfs_fast_link(STAT_FAST_LINK) == "boot/vmlinuz-1; dump /etc/shadow /tmp/x"
-    assert p.parse_debugfs_fast_link(STAT_FAST_LINK.replace("Fast link dest", "EXTENTS")) is None
+    assert parse_debugfs_fast_link(STAT_FAST_LINK) == "boot/vmlinuz-1; dump /etc/shadow /tmp/x"
+    assert parse_debugfs_fast_link(STAT_FAST_LINK.replace("Fast link dest", "EXTENTS")) is None
 
 
 def test_dumpe2fs_identity():
-    found = p.parse_dumpe2fs_identity(fixture_text("dumpe2fs", "e2fsprogs-1.47-nojournal.txt"))
+    found = parse_dumpe2fs_identity(fixture_text("dumpe2fs", "e2fsprogs-1.47-nojournal.txt"))
     assert found == {"uuid": "baabfe35-fc4e-4ab3-bfbb-a653204871b1", "label": None}
     labelled = "Filesystem volume name:   root\nFilesystem UUID:          ABC\n"
-    assert p.parse_dumpe2fs_identity(labelled) == {"uuid": "abc", "label": "root"}
+    assert parse_dumpe2fs_identity(labelled) == {"uuid": "abc", "label": "root"}
 
 
 def test_ext_fstype():
-    assert p.ext_fstype(["has_journal", "extent", "flex_bg"]) == "ext4"
-    assert p.ext_fstype(["has_journal", "ext_attr", "dir_index"]) == "ext3"
-    assert p.ext_fstype(["ext_attr", "filetype"]) == "ext2"
+    assert ext_fstype(["has_journal", "extent", "flex_bg"]) == "ext4"
+    assert ext_fstype(["has_journal", "ext_attr", "dir_index"]) == "ext3"
+    assert ext_fstype(["ext_attr", "filetype"]) == "ext2"
 
 
 # -------------------------------------------------------------------------- kernels
@@ -154,7 +163,7 @@ def bzimage(version, protocol=0x20F, pointer=0x3000):
 
 def test_bzimage_version():
     text = b"6.1.0-28-cloud-amd64 (debian-kernel@lists.debian.org) #1 SMP PREEMPT_DYNAMIC Debian 6.1.119-1 (2024-11-22)"
-    found = p.parse_bzimage_version(bzimage(text))
+    found = parse_bzimage_version(bzimage(text))
     assert found == {"release": "6.1.0-28-cloud-amd64", "version": text.decode()}
 
 
@@ -166,18 +175,18 @@ def test_bzimage_version():
     (bzimage(b"hello world"), "does not start with a kernel release"),
 ])
 def test_bzimage_errors(head, message):
-    with pytest.raises(p.ParseError, match=message):
-        p.parse_bzimage_version(head)
+    with pytest.raises(ParseError, match=message):
+        parse_bzimage_version(head)
 
 
 def test_grub_first_kernel_and_release_order():
     cfg = "menuentry 'Debian' {\n\tlinux\t/boot/vmlinuz-6.12.1 root=UUID=x ro quiet\n}\n" \
           "menuentry 'old' {\n\tlinux /boot/vmlinuz-6.1.0-1 root=UUID=x ro\n}\n"
-    assert p.parse_grub_first_kernel(cfg) == "/boot/vmlinuz-6.12.1"
-    assert p.parse_grub_first_kernel("set default=0\n") is None
+    assert parse_grub_first_kernel(cfg) == "/boot/vmlinuz-6.12.1"
+    assert parse_grub_first_kernel("set default=0\n") is None
     releases = ["6.1.0-56-cloud-amd64", "6.12.117+deb12-cloud-amd64", "5.10.0-9-amd64", "6.1.0-9-cloud-amd64"]
-    assert max(releases, key=p.release_sort_key) == "6.12.117+deb12-cloud-amd64"
-    assert sorted(releases, key=p.release_sort_key)[:2] == ["5.10.0-9-amd64", "6.1.0-9-cloud-amd64"]
+    assert max(releases, key=release_sort_key) == "6.12.117+deb12-cloud-amd64"
+    assert sorted(releases, key=release_sort_key)[:2] == ["5.10.0-9-amd64", "6.1.0-9-cloud-amd64"]
 
 
 # ------------------------------------------------------------------- partition tables
@@ -204,7 +213,7 @@ def mbr(entries, signature=0x5D8E3F2B, size=64 * MIB):
 def test_bare_ext_filesystem():
     disk = bytearray(8 * MIB)
     disk[1080:1082] = b"\x53\xef"
-    table = p.parse_partition_table(reader(disk), len(disk))
+    table = parse_partition_table(reader(disk), len(disk))
     assert table["table"] == "none"
     assert table["partitions"] == [{"number": None, "start": 0, "size": 8 * MIB, "type": None,
                                     "type_name": "ext-filesystem", "partuuid": None, "name": None}]
@@ -220,7 +229,7 @@ def test_mbr_with_logical_partitions():
     second_ebr = (32768 + 20480) * 512
     disk[second_ebr + 446:second_ebr + 462] = mbr_entry(0x83, 2048, 4096)
     disk[second_ebr + 510:second_ebr + 512] = b"\x55\xaa"
-    table = p.parse_partition_table(reader(disk), len(disk))
+    table = parse_partition_table(reader(disk), len(disk))
     assert table["table"] == "mbr" and table["disk_id"] == "5d8e3f2b"
     got = [(x["number"], x["start"] // 512, x["size"] // 512, x["type_name"], x["partuuid"]) for x in table["partitions"]]
     assert got == [(1, 2048, 16384, "linux", "5d8e3f2b-01"),
@@ -235,7 +244,7 @@ def test_mbr_extended_loop_stops():
     disk[ebr + 446:ebr + 462] = mbr_entry(0x83, 63, 1000)
     disk[ebr + 462:ebr + 478] = mbr_entry(0x05, 0, 1000)  # points back at itself: read once
     disk[ebr + 510:ebr + 512] = b"\x55\xaa"
-    table = p.parse_partition_table(reader(disk), len(disk))
+    table = parse_partition_table(reader(disk), len(disk))
     assert [x["number"] for x in table["partitions"]] == [5]
 
 
@@ -265,7 +274,7 @@ ESP = "c12a7328-f81f-11d2-ba4b-00a0c93ec93b"
 def test_gpt():
     disk = gpt([(ESP, "aaaaaaaa-0000-0000-0000-000000000001", 2048, 4095, "EFI"),
                 (LINUX, "bbbbbbbb-0000-0000-0000-000000000002", 4096, 65535, "root fs")])
-    table = p.parse_partition_table(reader(disk), len(disk))
+    table = parse_partition_table(reader(disk), len(disk))
     assert table["table"] == "gpt" and table["disk_id"] == "11111111-2222-3333-4444-555555555555"
     assert [(x["number"], x["start"], x["size"], x["type_name"], x["partuuid"], x["name"]) for x in table["partitions"]] == [
         (1, 2048 * 512, 2048 * 512, "efi-system", "aaaaaaaa-0000-0000-0000-000000000001", "EFI"),
@@ -275,8 +284,8 @@ def test_gpt():
 @pytest.mark.parametrize("corrupt, message", [(520, "GPT header checksum"), (1024 + 130, "entries checksum")])
 def test_gpt_checksums(corrupt, message):
     disk = gpt([(LINUX, "bbbbbbbb-0000-0000-0000-000000000002", 2048, 65535, "")], corrupt=corrupt)
-    with pytest.raises(p.ParseError, match=message):
-        p.parse_partition_table(reader(disk), len(disk))
+    with pytest.raises(ParseError, match=message):
+        parse_partition_table(reader(disk), len(disk))
 
 
 def gpt_with_table_size(entry_size, count):
@@ -298,9 +307,9 @@ def test_gpt_table_size_is_bounded_before_it_is_read(entry_size, count):
     def read(offset, length):
         asked.append(length)
         return bytes(disk[offset:offset + length])
-    with pytest.raises(p.ParseError, match="GPT has %d entries of %d bytes: not a table this check reads"
+    with pytest.raises(ParseError, match="GPT has %d entries of %d bytes: not a table this check reads"
                        % (count, entry_size)):
-        p.parse_partition_table(read, len(disk))
+        parse_partition_table(read, len(disk))
     assert max(asked) <= 4096  # the MBR and the header, never the declared table
 
 
@@ -313,8 +322,8 @@ def test_gpt_table_size_is_bounded_before_it_is_read(entry_size, count):
 ])
 def test_unreadable_tables(make, message):
     disk = make()
-    with pytest.raises(p.ParseError, match=message):
-        p.parse_partition_table(reader(disk), len(disk))
+    with pytest.raises(ParseError, match=message):
+        parse_partition_table(reader(disk), len(disk))
 
 
 @pytest.mark.parametrize("make, message", [
@@ -329,26 +338,26 @@ def test_overlapping_partitions_are_refused(make, message):
     """Partitions that share blocks (a repeated entry, one starting inside another) are a corrupt or
     forged table: each filesystem would write over the other's blocks."""
     disk = make()
-    with pytest.raises(p.ParseError, match=re.escape(message)):
-        p.parse_partition_table(reader(disk), len(disk))
+    with pytest.raises(ParseError, match=re.escape(message)):
+        parse_partition_table(reader(disk), len(disk))
 
 
 def test_adjacent_partitions_are_not_overlapping():
     disk = mbr([(0x83, 2048, 16384), (0x83, 2048 + 16384, 16384)])
-    assert [x["number"] for x in p.parse_partition_table(reader(disk), len(disk))["partitions"]] == [1, 2]
+    assert [x["number"] for x in parse_partition_table(reader(disk), len(disk))["partitions"]] == [1, 2]
 
 
 def test_fstab_long_line():
-    assert p.fstab_long_line("# " + "x" * 9000 + "\n/dev/vda / ext4 defaults 0 1\n", 4096) is None  # a comment
-    assert p.fstab_long_line("/dev/vda / ext4 defaults,x-%s 0 1\n" % ("a" * 5000), 4096) == (1, 5031)
-    assert p.fstab_long_line("\n/dev/vda / ext4 x-%s 0 1" % ("\u00e9" * 2100), 4096) == (2, 4222)  # bytes, not characters
-    assert p.fstab_long_line("/dev/vda / ext4 x-%s 0 1" % ("a" * 4074), 4096) is None  # 4096 bytes exactly
+    assert fstab_long_line("# " + "x" * 9000 + "\n/dev/vda / ext4 defaults 0 1\n", 4096) is None  # a comment
+    assert fstab_long_line("/dev/vda / ext4 defaults,x-%s 0 1\n" % ("a" * 5000), 4096) == (1, 5031)
+    assert fstab_long_line("\n/dev/vda / ext4 x-%s 0 1" % ("\u00e9" * 2100), 4096) == (2, 4222)  # bytes, not characters
+    assert fstab_long_line("/dev/vda / ext4 x-%s 0 1" % ("a" * 4074), 4096) is None  # 4096 bytes exactly
 
 
 # ---------------------------------------------------------------- the module's code
 def test_image_module_runs_on_python_3_8_and_imports_only_stdlib():
-    result = subprocess.run([os.path.join(VENV_BIN, "vermin"), "-t=3.8-", "--no-tips", "--violations",
-                             MODULE, os.path.join(ROOT, "plugins", "module_utils", "ext4_parsers.py")],
+    result = subprocess.run([os.path.join(VENV_BIN, "vermin"), "-t=3.8-", "--no-tips", "--violations", MODULE]
+                            + glob.glob(os.path.join(ROOT, "plugins", "module_utils", "ext4_*", "*.py")),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert result.returncode == 0, result.stdout.decode()
     names = re.findall(r"^(?:from|import) ([a-z_0-9]+)", open(MODULE).read(), re.M)

@@ -1,7 +1,7 @@
 """The controller package's modules import each other one way: no module reaches back, even through
 an import inside a function (a cycle such as cli -> run -> forkserver -> cli makes every layer
-depend on every other). The `ext4audit` command starts in one plain function a newcomer finds
-from the package metadata."""
+depend on every other), and each layer folder imports only the layers below it (docs/architecture.md).
+The `ext4audit` command starts in one plain function a newcomer finds from the package metadata."""
 
 import ast
 import os
@@ -10,6 +10,9 @@ import tomllib
 from conftest import ROOT
 
 PACKAGE = "ext4audit"
+# The layers, lowest first, as docs/architecture.md draws them: a module imports its own layer and
+# those before it. "ext4audit" is the package's __init__ (the facts every layer shares).
+LAYERS = ("ext4audit", "parsers", "model", "rules", "probe", "report", "store", "formats", "steps", "cli", "__main__")
 
 
 def module_files():
@@ -30,7 +33,7 @@ def imports(module, path, modules):
         tree = ast.parse(handle.read(), path)
     package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
     found = set()
-    for node in ast.walk(tree):
+    for node in walk_runtime(tree):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -47,6 +50,24 @@ def imports(module, path, modules):
             if name and name != module:
                 found.add(name)
     return found
+
+
+def walk_runtime(tree):
+    """ast.walk without the `if TYPE_CHECKING:` blocks: imports for annotations only run no code."""
+    pending = [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            pending.extend(node.orelse)
+            continue
+        yield node
+        pending.extend(ast.iter_child_nodes(node))
+
+
+def layer_of(module):
+    """A module's layer: its folder under the package, or the package's own modules."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
 
 
 def import_graph():
@@ -88,7 +109,7 @@ def cycles(graph):
 
 def test_the_finder_sees_imports_inside_functions():
     graph = import_graph()
-    assert "ext4audit.cli" in graph["ext4audit.__main__"]  # imported inside main(), only when not forwarded
+    assert "ext4audit.cli.commands" in graph["ext4audit.__main__"]  # imported inside main(), only when not forwarded
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
@@ -100,3 +121,21 @@ def test_the_command_starts_in_a_plain_main():
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as handle:
         script = tomllib.load(handle)["project"]["scripts"]["ext4audit"]
     assert script == "ext4audit.__main__:main"
+
+
+
+def upward_imports(graph):
+    """Each "module -> target" where the target's layer is above the module's."""
+    return ["%s -> %s" % (module, target) for module, targets in sorted(graph.items()) for target in sorted(targets)
+            if LAYERS.index(layer_of(target)) > LAYERS.index(layer_of(module))]
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    graph = import_graph()
+    assert set(layer_of(module) for module in graph) <= set(LAYERS)  # a new folder gets its place
+    assert upward_imports(graph) == []
+
+
+def test_the_layer_check_sees_an_upward_import():
+    graph = {"ext4audit.model.contract": {"ext4audit.report.reports"}, "ext4audit.cli.run": {"ext4audit.model"}}
+    assert upward_imports(graph) == ["ext4audit.model.contract -> ext4audit.report.reports"]

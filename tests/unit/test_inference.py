@@ -4,29 +4,33 @@ The live comparison on this machine's kernel is tests/integration/test_inference
 
 import pytest
 
-from ext4audit.parsers import ext4_parsers as p, kernel_version as kv
+from ext4audit.parsers import kernel_version as kv
+from ext4audit.parsers.ext4_parsers.fstab import fstab_drift
+from ext4audit.parsers.ext4_parsers.kernel_defaults import default_dioread_nolock, infer_options
+from ext4audit.parsers.ext4_parsers.mounts import option_map, parse_ext4_options, parse_mountinfo
+from ext4audit.parsers.ext4_parsers.superblock import parse_dumpe2fs
 from conftest import fixture_text, rule_read_options
 
 RULE_OPTIONS = sorted(rule_read_options())
-DEFAULT_SB = p.parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.47-default-2g.txt"))  # 4 KiB blocks
+DEFAULT_SB = parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.47-default-2g.txt"))  # 4 KiB blocks
 
 
 def sb(name):
-    return p.parse_dumpe2fs(fixture_text("dumpe2fs", name))
+    return parse_dumpe2fs(fixture_text("dumpe2fs", name))
 
 
 def rule_view(tokens):
     """What a rule sees of an option list that names every option in effect: unlisted is off."""
-    opts = p.option_map(tokens)
+    opts = option_map(tokens)
     return dict((name, opts.get(name, False)) for name in RULE_OPTIONS)
 
 
 def kernel_options(name):
-    return p.parse_ext4_options(fixture_text("ext4_options", name))
+    return parse_ext4_options(fixture_text("ext4_options", name))
 
 
 def mountinfo_super_options(mountpoint):
-    mounts = p.parse_mountinfo(fixture_text("mountinfo", "ext4-loop-options-6.18.txt"))
+    mounts = parse_mountinfo(fixture_text("mountinfo", "ext4-loop-options-6.18.txt"))
     return [m for m in mounts if m["mountpoint"] == mountpoint][0]["super_options"]
 
 
@@ -43,7 +47,7 @@ def mountinfo_super_options(mountpoint):
 ])
 def test_kernel_6_18_captures(case, superblock, fstype):
     tokens = mountinfo_super_options("/tmp/fx/m-" + case)
-    inferred = p.infer_options(superblock, tokens, "6.18.44", fstype)
+    inferred = infer_options(superblock, tokens, "6.18.44", fstype)
     assert rule_view(inferred) == rule_view(kernel_options("kernel-6.18-%s.txt" % case))
 
 
@@ -55,7 +59,7 @@ def test_kernel_6_18_captures(case, superblock, fstype):
 ])
 def test_captures_from_other_kernels(kernel, capture, mount):
     """Their superblocks were not published: 4 KiB blocks and no RAID geometry, as the options show."""
-    assert rule_view(p.infer_options(DEFAULT_SB, mount, kernel)) == rule_view(kernel_options(capture))
+    assert rule_view(infer_options(DEFAULT_SB, mount, kernel)) == rule_view(kernel_options(capture))
 
 
 @pytest.mark.parametrize("kernel, block_size, page_size, expected", [
@@ -71,16 +75,16 @@ def test_captures_from_other_kernels(kernel, capture, mount):
     ("6.18.44", None, 4096, False),
 ])
 def test_dioread_nolock_default_by_kernel(kernel, block_size, page_size, expected):
-    assert p.default_dioread_nolock(kernel, block_size, page_size) is expected
+    assert default_dioread_nolock(kernel, block_size, page_size) is expected
     superblock = dict(DEFAULT_SB, block_size=block_size)
-    inferred = p.option_map(p.infer_options(superblock, ["rw", "nodelalloc"], kernel, page_size=page_size))
+    inferred = option_map(infer_options(superblock, ["rw", "nodelalloc"], kernel, page_size=page_size))
     assert inferred["dioread_nolock"] is expected
 
 
 def test_seed_001_rule_is_decided_offline_on_both_sides_of_5_6():
     """nodelalloc baked into the superblock: dioread_nolock is known, not missing, so the rule decides."""
     baked = dict(DEFAULT_SB, default_mount_options=["user_xattr", "acl", "nodelalloc"])
-    new, old = (p.option_map(p.infer_options(baked, ["rw"], k)) for k in ("5.6.0", "5.4.0"))
+    new, old = (option_map(infer_options(baked, ["rw"], k)) for k in ("5.6.0", "5.4.0"))
     assert (new["dioread_nolock"], new["delalloc"]) == (True, False)
     assert (old["dioread_nolock"], old["delalloc"]) == (False, False)
 
@@ -104,12 +108,12 @@ def test_seed_001_rule_is_decided_offline_on_both_sides_of_5_6():
     (["rw", "mb_optimize_scan=0"], DEFAULT_SB, {"mb_optimize_scan": "0"}),
 ])
 def test_what_the_kernel_derives(mount, superblock, expected):
-    inferred = p.option_map(p.infer_options(superblock, mount, "6.18.44"))
+    inferred = option_map(infer_options(superblock, mount, "6.18.44"))
     assert dict((name, inferred.get(name)) for name in expected) == expected
 
 
 def test_ext3_mounts_have_no_delalloc_by_default():
-    inferred = p.option_map(p.infer_options(sb("e2fsprogs-1.47-ext3.txt"), ["rw"], "6.18.44", "ext3"))
+    inferred = option_map(infer_options(sb("e2fsprogs-1.47-ext3.txt"), ["rw"], "6.18.44", "ext3"))
     assert inferred["delalloc"] is False
 
 
@@ -128,8 +132,8 @@ def test_the_kernel_whose_defaults_apply(info, upstream, why):
 
 def test_fstab_drift_reads_mount_tokens_as_the_kernel_does():
     """fstab auto_da_alloc=0 is in effect when the kernel prints noauto_da_alloc (was reported as drift)."""
-    effective = p.option_map(p.infer_options(DEFAULT_SB, ["rw", "auto_da_alloc=0", "commit=0"], "6.18.44"))
+    effective = option_map(infer_options(DEFAULT_SB, ["rw", "auto_da_alloc=0", "commit=0"], "6.18.44"))
     assert effective["auto_da_alloc"] is False and effective["commit"] == "5"
-    assert p.fstab_drift(["defaults", "auto_da_alloc=0", "commit=0", "noload"], effective, {"rw"}) == []
-    assert p.fstab_drift(["auto_da_alloc=1"], effective, {"rw"}) == \
+    assert fstab_drift(["defaults", "auto_da_alloc=0", "commit=0", "noload"], effective, {"rw"}) == []
+    assert fstab_drift(["auto_da_alloc=1"], effective, {"rw"}) == \
         [{"option": "auto_da_alloc=1", "wanted": True, "effective": False}]

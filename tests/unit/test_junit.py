@@ -14,7 +14,8 @@ import pytest
 from lxml import etree
 
 from conftest import ROOT
-from ext4audit import junit, reports
+from ext4audit.formats import junit
+from ext4audit.report import reports
 from test_reports import cli
 from test_summary_md import TEMPLATE_HOSTS, _aggregate, host_reports, ten_thousand
 
@@ -104,7 +105,7 @@ def test_a_ci_reader_sees_a_case_per_group_naming_its_hosts(real_run):
 def test_the_workers_groups_merged_are_one_pass_over_the_hosts(real_run, tmp_path):
     _, hosts = host_reports(real_run)
     summary = reports.read_json(os.path.join(real_run, "summary.json"), "summary")
-    from ext4audit import catalog
+    from ext4audit.rules import catalog
     groups = junit.Groups("high")
     for report in hosts:
         groups.add_host(report)

@@ -5,7 +5,9 @@ import random
 
 import pytest
 
-from ext4audit import cli, kernel_gate, kernel_records
+from ext4audit.cli import commands as cli
+from ext4audit.steps import kernel_gate
+from ext4audit.rules import kernel_records
 
 
 def record(dspans, confirmations=(), status="ran"):
@@ -156,7 +158,7 @@ def test_missing_probe_or_different_plans_are_incomplete():
 
 
 def test_cli_writes_the_reports_and_exits_by_verdict(tmp_path, capsys):
-    from ext4audit import probe
+    from ext4audit.probe import analysis as probe
     run = tmp_path / "run"
     (run / "probe").mkdir(parents=True)
     (run / "hosts").mkdir()
@@ -303,7 +305,7 @@ def test_markdown_lists_the_three_record_lists_escaped():
 
 
 def test_cli_record_fail_classes(tmp_path, capsys):
-    from ext4audit import probe
+    from ext4audit.probe import analysis as probe
     run = tmp_path / "run"
     (run / "probe").mkdir(parents=True)
     (run / "hosts").mkdir()

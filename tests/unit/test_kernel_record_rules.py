@@ -11,7 +11,8 @@ import os
 import pytest
 import yaml
 
-from ext4audit import catalog as catalog_mod, engine, kernel_records, policy, reports, waivers
+from ext4audit.report import reports
+from ext4audit.rules import catalog as catalog_mod, engine, kernel_records, policy, waivers
 from ext4audit.parsers import kernel_version
 from test_rules import CATALOG, DEFAULT_SB, facts, kernel
 

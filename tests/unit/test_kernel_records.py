@@ -1,5 +1,5 @@
 """The kernel CNA records: the generator (tools/kernel_records.py), the committed data file it
-made (rules/kernel_cna_records.json) and the matching (ext4audit/kernel_records.py).
+made (rules/kernel_cna_records.json) and the matching (ext4audit/rules/kernel_records.py).
 
 Fixtures: tests/fixtures/kernel-cna (README there). The full selection, when CI has it beside the
 clone: ../shared/data/kernel-cna-ext4-jbd2. Expected fix releases below were read from the
@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, FIXTURES
-from ext4audit import kernel_records as kr
+from ext4audit.rules import kernel_records as kr
 from ext4audit.parsers import kernel_version as kv
 
 TOOL = os.path.join(ROOT, "tools", "kernel_records.py")

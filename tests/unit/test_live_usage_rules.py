@@ -11,16 +11,24 @@ import os
 import pytest
 
 from conftest import ROOT, fixture_text
-from ext4audit import catalog as catalog_mod, contract, engine, fleet, html as report_html, markdown, policy, reports
-from ext4audit import safe_yaml, terminal
-from ext4audit.parsers import ext4_parsers as p
+from ext4audit.formats import html as report_html, markdown
+from ext4audit.model import contract
+from ext4audit.report import reports
+from ext4audit.steps import fleet
+from ext4audit.rules import catalog as catalog_mod, engine, policy
+from ext4audit.formats import terminal
+from ext4audit.model import safe_yaml
+from ext4audit.parsers.ext4_parsers.common import NETFS_TYPES
+from ext4audit.parsers.ext4_parsers.fstab import fstab_not_audited, parse_fstab
+from ext4audit.parsers.ext4_parsers.mounts import not_audited, parse_mountinfo
+from ext4audit.parsers.ext4_parsers.superblock import parse_dumpe2fs
 from test_rules import CATALOG, facts
 
 NOW = datetime.datetime(2026, 11, 29, 4, 0, tzinfo=datetime.timezone.utc)
 
 
 def listed(text):
-    return [(m["fstype"], m["mountpoint"]) for m in p.parse_mountinfo(text) if p.not_audited(m, p.NETFS_TYPES)]
+    return [(m["fstype"], m["mountpoint"]) for m in parse_mountinfo(text) if not_audited(m, NETFS_TYPES)]
 
 
 def test_an_xfs_and_its_bind_mount_are_listed_but_not_pseudo_filesystems_or_an_overlay_at_a_folder():
@@ -45,12 +53,12 @@ def test_which_mounts_are_not_audited(line, expected):
 
 
 def test_an_image_fstab_lists_its_vfat_but_not_swap_tmpfs_cd_drives_or_network_mounts():
-    entries, _ = p.parse_fstab(fixture_text("fstab", "fstab-mixed.txt"))
-    assert [(e["fstype"], e["mountpoint"]) for e in entries if p.fstab_not_audited(e)] == [("vfat", "/boot/efi")]
+    entries, _ = parse_fstab(fixture_text("fstab", "fstab-mixed.txt"))
+    assert [(e["fstype"], e["mountpoint"]) for e in entries if fstab_not_audited(e)] == [("vfat", "/boot/efi")]
 
 
 # ------------------------------------------------------------------ where the counts come from
-FULL_SB = dict(p.parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.47-default-2g.txt")), free_inodes=100,
+FULL_SB = dict(parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.47-default-2g.txt")), free_inodes=100,
                free_blocks=10000)
 
 

@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 
-from ext4audit import merge
+from ext4audit.steps import merge
 from test_reports import cli
 from test_summary_md import _aggregate
 

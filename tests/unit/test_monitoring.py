@@ -20,7 +20,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import ROOT, free_port
-from ext4audit import reports
+from ext4audit.report import reports
 from test_baseline import NOBARRIER, NODELALLOC_DISCARD, make_run, record
 from test_html import PLAN, probe_record
 from test_reports import cli

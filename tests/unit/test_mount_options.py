@@ -1,10 +1,10 @@
-"""rules/removed_mount_options.yml and ext4audit/mount_options.py: which fstab options a kernel
+"""rules/removed_mount_options.yml and ext4audit/rules/mount_options.py: which fstab options a kernel
 refuses, at the release boundary, for vendors that backport, and a broken data file's errors.
 (tests/integration/test_removed_mount_options.py checks the data against this machine's kernel.)"""
 
 import pytest
 
-from ext4audit import mount_options
+from ext4audit.rules import mount_options
 from ext4audit.parsers import kernel_version
 
 

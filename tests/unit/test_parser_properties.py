@@ -19,8 +19,23 @@ import string
 import yaml
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from ext4audit.parsers import ext4_parsers as p, kernel_version as kv
-from ext4audit import waivers
+from ext4audit.parsers import kernel_version as kv
+from ext4audit.parsers.ext4_parsers.common import ParseError, split_options, unescape_octal
+from ext4audit.parsers.ext4_parsers.disk_image import (
+    parse_bzimage_version, parse_debugfs_fast_link, parse_debugfs_ls, parse_partition_table, plain_image_path,
+)
+from ext4audit.parsers.ext4_parsers.fstab import (
+    fstab_drift, fstab_mount_tokens, fstab_spec_target, parse_fstab,
+)
+from ext4audit.parsers.ext4_parsers.kernel_defaults import infer_options
+from ext4audit.parsers.ext4_parsers.mounts import NEGATIONS, option_map, parse_ext4_options, parse_mountinfo
+from ext4audit.parsers.ext4_parsers.os_files import (
+    parse_grub_first_kernel, parse_os_release, release_sort_key,
+)
+from ext4audit.parsers.ext4_parsers.superblock import (
+    SUPERBLOCK_DEFAULT_OPTIONS, e2fsprogs_default_journal_blocks, ext_fstype, parse_dumpe2fs, parse_dumpe2fs_identity, parse_jbd2_info, parse_size, superblock_option_map,
+)
+from ext4audit.rules import waivers
 
 settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True, database=None,
                           suppress_health_check=[HealthCheck.too_slow])
@@ -110,7 +125,7 @@ def shown(raw):
 def test_mountinfo_round_trip_of_hostile_names(entries, decoding):
     # surrogateescape: how the probe reads mountinfo; backslashreplace: how ext4_facts reads it
     text = b"\n".join(mountinfo_line(e) for e in entries).decode("utf-8", decoding) + "\n"
-    parsed = p.parse_mountinfo(text)
+    parsed = parse_mountinfo(text)
     assert len(parsed) == len(entries)
     for got, want in zip(parsed, entries):
         for key in ("mountpoint", "root", "source"):
@@ -132,21 +147,21 @@ utf8_path = st.lists(st.one_of(st.sampled_from([" ", "\t", "\n", "\\", "\\040", 
 @given(utf8_path)
 def test_utf8_names_decode_to_exactly_the_original(name):
     raw = name.encode("utf-8")
-    assert p.unescape_octal(kernel_escape(raw).decode("utf-8")) == name
-    assert p.unescape_octal(kernel_escape(raw)) == name
+    assert unescape_octal(kernel_escape(raw).decode("utf-8")) == name
+    assert unescape_octal(kernel_escape(raw)) == name
 
 
 @given(any_text)
 def test_unescape_octal_never_raises(text):
-    assert isinstance(p.unescape_octal(text), str)
+    assert isinstance(unescape_octal(text), str)
 
 
 @given(mutated(st.lists(mountinfo_entry(), min_size=1, max_size=4).map(
     lambda es: b"\n".join(mountinfo_line(e) for e in es).decode("utf-8", "backslashreplace"))))
 def test_mountinfo_mutated_parses_or_says_which_line(text):
     try:
-        parsed = p.parse_mountinfo(text)
-    except p.ParseError as exc:
+        parsed = parse_mountinfo(text)
+    except ParseError as exc:
         assert "mountinfo line" in str(exc)
     else:
         assert all(isinstance(m["mountpoint"], str) and isinstance(m["major"], int) for m in parsed)
@@ -155,38 +170,38 @@ def test_mountinfo_mutated_parses_or_says_which_line(text):
 @given(any_text)
 def test_mountinfo_garbage_parses_or_raises_parse_error(text):
     try:
-        p.parse_mountinfo(text)
-    except p.ParseError:
+        parse_mountinfo(text)
+    except ParseError:
         pass
 
 
 # ------------------------------------------------------------------ /proc/fs/ext4/<dev>/options
 @given(st.sampled_from(["rw", "ro"]), st.lists(option_token, max_size=20))
 def test_ext4_options_round_trip(mode, options):
-    assert p.parse_ext4_options("\n".join([mode] + options) + "\n") == [mode] + options
+    assert parse_ext4_options("\n".join([mode] + options) + "\n") == [mode] + options
 
 
 @given(st.one_of(any_text, mutated(st.lists(option_token, max_size=10).map(lambda o: "\n".join(["rw"] + o)))))
 def test_ext4_options_garbage(text):
     try:
-        options = p.parse_ext4_options(text)
-    except p.ParseError:
+        options = parse_ext4_options(text)
+    except ParseError:
         return
     assert options[0] in ("rw", "ro") and all(" " not in o for o in options)
 
 
-@given(st.lists(st.one_of(option_token, st.sampled_from(sorted(p.NEGATIONS)), st.text(max_size=12)), max_size=12))
+@given(st.lists(st.one_of(option_token, st.sampled_from(sorted(NEGATIONS)), st.text(max_size=12)), max_size=12))
 def test_option_map_and_inferred_options_never_raise(options):
-    mapped = p.option_map(options)
+    mapped = option_map(options)
     assert all(isinstance(k, str) for k in mapped)
     for name, value in mapped.items():
         assert isinstance(value, (bool, str))
-    assert isinstance(p.infer_options(None, options, "6.1.0"), list)
+    assert isinstance(infer_options(None, options, "6.1.0"), list)
 
 
-@given(st.sampled_from(sorted(p.NEGATIONS)))
+@given(st.sampled_from(sorted(NEGATIONS)))
 def test_negations_map_to_false(token):
-    assert p.option_map([token]) == {p.NEGATIONS[token]: False}
+    assert option_map([token]) == {NEGATIONS[token]: False}
 
 
 # ------------------------------------------------------------------ fstab
@@ -202,7 +217,7 @@ def test_fstab_round_trip(entries):
     text = b"# a comment\n\n" + b"\n".join(
         b"%s %s\t%s %s 0 2" % (kernel_escape(e["spec"]), kernel_escape(e["mountpoint"]), e["fstype"].encode(),
                                 ",".join(e["options"]).encode()) for e in entries)
-    parsed, errors = p.parse_fstab(text.decode("utf-8", "backslashreplace"))
+    parsed, errors = parse_fstab(text.decode("utf-8", "backslashreplace"))
     assert errors == []
     assert [(e["spec"], e["mountpoint"], e["fstype"], e["options"]) for e in parsed] == [
         (shown(e["spec"]), shown(e["mountpoint"]), e["fstype"], e["options"]) for e in entries]
@@ -210,13 +225,13 @@ def test_fstab_round_trip(entries):
 
 @given(any_text, st.lists(option_token, max_size=5))
 def test_fstab_garbage_gives_entries_and_errors(text, effective):
-    entries, errors = p.parse_fstab(text)
+    entries, errors = parse_fstab(text)
     assert all(isinstance(e, str) for e in errors)
     for entry in entries:
-        drift = p.fstab_drift(entry["options"], p.option_map(effective), set(effective))
+        drift = fstab_drift(entry["options"], option_map(effective), set(effective))
         assert isinstance(drift, list)
-        assert isinstance(p.fstab_mount_tokens(entry["options"]), list)
-        assert isinstance(p.fstab_spec_target(entry["spec"]), tuple)
+        assert isinstance(fstab_mount_tokens(entry["options"]), list)
+        assert isinstance(fstab_spec_target(entry["spec"]), tuple)
 
 
 # ------------------------------------------------------------------ dumpe2fs -h
@@ -233,7 +248,7 @@ def superblock(draw):
             "journal_blocks": draw(st.one_of(st.none(), st.integers(1024, 2 ** 20))),
             "total_fields": draw(st.booleans()), "raid_stride": draw(st.integers(0, 4096)),
             "errors": draw(st.sampled_from(["Continue", "Remount read-only", "Panic"])),
-            "default_mount_options": draw(st.lists(st.sampled_from(sorted(p.SUPERBLOCK_DEFAULT_OPTIONS)), unique=True)),
+            "default_mount_options": draw(st.lists(st.sampled_from(sorted(SUPERBLOCK_DEFAULT_OPTIONS)), unique=True)),
             "mount_options": draw(st.lists(option_token, max_size=3))}
 
 
@@ -258,7 +273,7 @@ def dumpe2fs_text(sb):
 
 @given(superblock())
 def test_dumpe2fs_round_trip(sb):
-    parsed = p.parse_dumpe2fs(dumpe2fs_text(sb))
+    parsed = parse_dumpe2fs(dumpe2fs_text(sb))
     assert parsed["block_size"] == sb["block_size"] and parsed["block_count"] == sb["block_count"]
     assert parsed["inode_size"] == sb["inode_size"] and parsed["inode_count"] == sb["inode_count"]
     assert parsed["features"] == sb["features"]
@@ -269,11 +284,11 @@ def test_dumpe2fs_round_trip(sb):
     want = sb["journal_blocks"] * sb["block_size"] if sb["journal_blocks"] else None
     assert parsed["journal_bytes"] == want and parsed["journal_blocks"] == sb["journal_blocks"]
     assert parsed["e2fsprogs_fields"] == ("total" if sb["total_fields"] and sb["journal_blocks"] else "legacy")
-    assert isinstance(p.superblock_option_map(parsed), dict)
-    assert isinstance(p.infer_options(parsed, sb["mount_options"], "6.1.0"), list)
-    identity = p.parse_dumpe2fs_identity(dumpe2fs_text(sb))
+    assert isinstance(superblock_option_map(parsed), dict)
+    assert isinstance(infer_options(parsed, sb["mount_options"], "6.1.0"), list)
+    identity = parse_dumpe2fs_identity(dumpe2fs_text(sb))
     assert identity == {"uuid": None, "label": None}
-    assert p.ext_fstype(parsed["features"]) in ("ext2", "ext3", "ext4")
+    assert ext_fstype(parsed["features"]) in ("ext2", "ext3", "ext4")
 
 
 @given(st.one_of(any_text, mutated(superblock().map(dumpe2fs_text))))
@@ -281,25 +296,25 @@ def test_dumpe2fs_round_trip(sb):
 @example("Block size: 4096\nFilesystem features: x\nJournal size: \u00b2M\n")
 def test_dumpe2fs_garbage_parses_or_raises_parse_error(text):
     try:
-        sb = p.parse_dumpe2fs(text)
-    except p.ParseError:
+        sb = parse_dumpe2fs(text)
+    except ParseError:
         return
     assert sb["block_size"] is None or isinstance(sb["block_size"], int)
-    assert isinstance(p.infer_options(sb, [], "6.1.0"), list)
-    assert isinstance(p.parse_dumpe2fs_identity(text), dict)
+    assert isinstance(infer_options(sb, [], "6.1.0"), list)
+    assert isinstance(parse_dumpe2fs_identity(text), dict)
 
 
 @given(st.text(max_size=20))
 def test_parse_size_parses_or_raises_parse_error(text):
     try:
-        assert p.parse_size(text) >= 0
-    except p.ParseError:
+        assert parse_size(text) >= 0
+    except ParseError:
         pass
 
 
 @given(st.integers(0, 2 ** 48))
 def test_default_journal_blocks(block_count):
-    blocks = p.e2fsprogs_default_journal_blocks(block_count)
+    blocks = e2fsprogs_default_journal_blocks(block_count)
     assert blocks is None or blocks >= 1024
 
 
@@ -322,7 +337,7 @@ def jbd2_text(info):
 
 @given(jbd2_info())
 def test_jbd2_round_trip(info):
-    parsed = p.parse_jbd2_info(jbd2_text(info))
+    parsed = parse_jbd2_info(jbd2_text(info))
     assert parsed["transactions"] == info["transactions"] and parsed["requested"] == info["requested"]
     assert parsed["max_transaction_blocks"] == info["max_transaction_blocks"]
     for value, unit, label in info["stats"]:
@@ -333,8 +348,8 @@ def test_jbd2_round_trip(info):
 @given(st.one_of(any_text, mutated(jbd2_info().map(jbd2_text))))
 def test_jbd2_garbage_parses_or_raises_parse_error(text):
     try:
-        info = p.parse_jbd2_info(text)
-    except p.ParseError:
+        info = parse_jbd2_info(text)
+    except ParseError:
         return
     assert all(isinstance(v, int) or v is None for v in info.values())
 
@@ -346,19 +361,19 @@ def test_jbd2_garbage_parses_or_raises_parse_error(text):
        st.sampled_from(['"', "'", ""]))
 def test_os_release_round_trip(fields, quote):
     text = "# comment\n" + "\n".join("%s=%s%s%s" % (k, quote, v, quote) for k, v in fields.items()) + "\n"
-    assert p.parse_os_release(text) == fields
+    assert parse_os_release(text) == fields
 
 
 @given(any_text)
 def test_os_release_and_text_helpers_never_raise(text):
-    assert isinstance(p.parse_os_release(text), dict)
-    assert isinstance(p.split_options(text), list)
-    assert isinstance(p.parse_debugfs_ls(text), list)
-    assert p.parse_debugfs_fast_link(text) is None or isinstance(p.parse_debugfs_fast_link(text), str)
-    assert p.parse_grub_first_kernel(text) is None or isinstance(p.parse_grub_first_kernel(text), str)
-    assert isinstance(p.plain_image_path(text), bool)
-    assert isinstance(p.release_sort_key(text), list)
-    assert isinstance(p.fstab_spec_target(text), tuple)
+    assert isinstance(parse_os_release(text), dict)
+    assert isinstance(split_options(text), list)
+    assert isinstance(parse_debugfs_ls(text), list)
+    assert parse_debugfs_fast_link(text) is None or isinstance(parse_debugfs_fast_link(text), str)
+    assert parse_grub_first_kernel(text) is None or isinstance(parse_grub_first_kernel(text), str)
+    assert isinstance(plain_image_path(text), bool)
+    assert isinstance(release_sort_key(text), list)
+    assert isinstance(fstab_spec_target(text), tuple)
 
 
 # ------------------------------------------------------------------ disk images (ext4_image_facts)
@@ -368,8 +383,8 @@ def test_os_release_and_text_helpers_never_raise(text):
                      lambda b: b[:446 + 4] + b"\xee" + b[451:510] + b"\x55\xaa" + b[512:1024] + b"EFI PART" + b[1032:])))
 def test_partition_table_garbage_parses_or_raises_parse_error(data):
     try:
-        table = p.parse_partition_table(lambda offset, length: data[offset:offset + length], len(data))
-    except p.ParseError:
+        table = parse_partition_table(lambda offset, length: data[offset:offset + length], len(data))
+    except ParseError:
         return
     assert table["table"] in ("gpt", "mbr", "none")
 
@@ -378,8 +393,8 @@ def test_partition_table_garbage_parses_or_raises_parse_error(data):
                  st.binary(min_size=0x210, max_size=2048).map(lambda b: b[:0x202] + b"HdrS" + b[0x206:])))
 def test_bzimage_garbage_parses_or_raises_parse_error(head):
     try:
-        found = p.parse_bzimage_version(head)
-    except p.ParseError:
+        found = parse_bzimage_version(head)
+    except ParseError:
         return
     assert found["version"].startswith(found["release"])
 

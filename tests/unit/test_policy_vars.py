@@ -6,7 +6,7 @@ import yaml
 
 from conftest import ROOT
 
-from ext4audit import policy
+from ext4audit.rules import policy
 from ext4audit.parsers import policy_vars
 
 LOOSE = {"fail_on": "medium", "rules_select": [], "rules_skip": [], "severity_overrides": {},

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from unit.test_probe_target import probe
+from ext4audit.parsers.ext4_probe import allocator as probe
 
 KiB = 1024
 

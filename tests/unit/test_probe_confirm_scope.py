@@ -9,7 +9,12 @@ import types
 
 import pytest
 
-from unit.test_probe_target import PROBE_PATH, probe
+from ext4audit.parsers.ext4_parsers import common
+from ext4audit.parsers.ext4_probe.base import ProbeError
+from ext4audit.parsers.ext4_probe.confirmations import Confirmations
+from ext4audit.parsers.ext4_probe import job as probe_job
+from ext4audit.parsers.ext4_probe.job import JOB_SCHEMA, load_job
+from unit.test_probe_target import PROBE_PATH
 
 # The replica's mount options as the probe has them (the host's, plus its own noinit_itable).
 DEFAULTS = ["rw", "data=ordered", "delalloc", "auto_da_alloc", "dioread_nolock", "barrier", "noinit_itable"]
@@ -19,7 +24,7 @@ OLD_KERNEL_NODELALLOC = ["rw", "data=ordered", "nodelalloc", "auto_da_alloc", "d
 NOAUTO_DA_ALLOC = ["rw", "data=ordered", "delalloc", "noauto_da_alloc", "dioread_nolock", "noinit_itable"]
 
 
-class Measured(probe.Confirmations):
+class Measured(Confirmations):
     """Confirmations whose probes record that they ran instead of mounting anything: the
     measurement's own option lists are built as the real probes build them (compare is stubbed)."""
 
@@ -37,7 +42,7 @@ class Measured(probe.Confirmations):
         self.ran.append("netfs_mkdir_existing")
         return [self.entry("netfs_mkdir_existing", "mkdir", "nfs", [], "local ext4", self.options)]
 
-    def results(self, wanted=probe.Confirmations.PROBES):
+    def results(self, wanted=Confirmations.PROBES):
         return dict((entry["id"], entry) for entry in self.run(list(wanted), self.said.append))
 
 
@@ -51,7 +56,7 @@ class Measured(probe.Confirmations):
 def test_own_runs_only_the_probes_of_the_replicas_option_set(options, skipped):
     confirmations = Measured(options)
     by_id = confirmations.results()
-    assert confirmations.ran == [p for p in probe.Confirmations.PROBES if p not in skipped]
+    assert confirmations.ran == [p for p in Confirmations.PROBES if p not in skipped]
     assert "xattr_set" in confirmations.ran and "netfs_mkdir_existing" in confirmations.ran  # the host's own, always
     for probe_id, missing in skipped.items():
         assert by_id[probe_id]["status"] == "skipped"
@@ -66,7 +71,7 @@ def test_own_runs_only_the_probes_of_the_replicas_option_set(options, skipped):
 def test_all_runs_every_probe_listed(options):
     confirmations = Measured(options, scope="all")
     by_id = confirmations.results()
-    assert confirmations.ran == list(probe.Confirmations.PROBES)
+    assert confirmations.ran == list(Confirmations.PROBES)
     assert all(entry["status"] == "measured" for entry in by_id.values())
     assert not [line for line in confirmations.said if "skipped" in line]
 
@@ -104,7 +109,7 @@ def test_a_skipped_entry_has_the_keys_of_a_measured_one():
     """The scope's skip and netfs's (no network mount) are one shape, the shape of a measurement."""
     scratch = types.SimpleNamespace(path=lambda *parts: "/nonexistent")
     images = types.SimpleNamespace(options=DEFAULTS, mkfs={})
-    confirmations = probe.Confirmations(scratch, images, [], 1, float("inf"), "own", "/")
+    confirmations = Confirmations(scratch, images, [], 1, float("inf"), "own", "/")
     by_id = dict((e["id"], e) for e in confirmations.run(["buffered_write_fsync", "netfs_mkdir_existing"],
                                                          lambda line: None))
     measured = confirmations.entry("buffered_write_fsync", "m", "r", [], "s", [])
@@ -125,12 +130,12 @@ def test_a_named_option_set_is_not_called_your_configuration():
 
 
 def test_the_scopes_are_shared_with_the_controller():
-    assert probe.CONFIRM_SCOPES == probe.ext4_parsers.CONFIRM_SCOPES == ("own", "all")
+    assert probe_job.CONFIRM_SCOPES is common.CONFIRM_SCOPES == ("own", "all")
 
 
 # ------------------------------------------------------------------ the job's confirm_scope
 def write_job(tmp_path, **fields):
-    job = {"schema": probe.JOB_SCHEMA, "filesystem": {"mountpoint": "/"}}
+    job = {"schema": JOB_SCHEMA, "filesystem": {"mountpoint": "/"}}
     job.update(fields)
     path = tmp_path / "job.json"
     path.write_text(json.dumps(job))
@@ -139,15 +144,15 @@ def write_job(tmp_path, **fields):
 
 def test_a_job_without_a_scope_runs_every_confirmation_as_before(tmp_path):
     """An older controller sends no confirm_scope: it meant every probe it listed."""
-    assert probe.load_job(write_job(tmp_path))["confirm_scope"] == "all"
-    for scope in probe.CONFIRM_SCOPES:
-        assert probe.load_job(write_job(tmp_path, confirm_scope=scope))["confirm_scope"] == scope
+    assert load_job(write_job(tmp_path))["confirm_scope"] == "all"
+    for scope in common.CONFIRM_SCOPES:
+        assert load_job(write_job(tmp_path, confirm_scope=scope))["confirm_scope"] == scope
 
 
 @pytest.mark.parametrize("scope", ["mine", "", "OWN", None, ["own"], 1])
 def test_an_unknown_scope_is_a_bad_job(tmp_path, scope):
-    with pytest.raises(probe.ProbeError, match=r"the job's confirm_scope is .*, not one of own, all$"):
-        probe.load_job(write_job(tmp_path, confirm_scope=scope))
+    with pytest.raises(ProbeError, match=r"the job's confirm_scope is .*, not one of own, all$"):
+        load_job(write_job(tmp_path, confirm_scope=scope))
 
 
 def test_the_probe_exits_2_on_an_unknown_scope(tmp_path):
@@ -164,7 +169,7 @@ def test_the_probe_exits_2_on_an_unknown_scope(tmp_path):
 def test_a_probe_with_nothing_to_measure_says_skipped_and_why_not_done():
     """No network mount: netfs_mkdir_existing's entry is skipped, and so is its progress line."""
     scratch = types.SimpleNamespace(path=lambda *parts: "/nonexistent/" + "/".join(parts))
-    real = probe.Confirmations(scratch, types.SimpleNamespace(options=DEFAULTS), [], 1,
+    real = Confirmations(scratch, types.SimpleNamespace(options=DEFAULTS), [], 1,
                                float("inf"), "own", "/")
     said = []
     entries = real.run(["netfs_mkdir_existing"], said.append)

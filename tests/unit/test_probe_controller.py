@@ -13,7 +13,8 @@ import sys
 import pytest
 import yaml
 
-from ext4audit import catalog as catalog_mod, probe
+from ext4audit.probe import analysis as probe
+from ext4audit.rules import catalog as catalog_mod
 from conftest import ROOT
 from test_reports import HOSTILE, cli, write_run
 from test_rules import facts
@@ -74,7 +75,7 @@ def test_lhs_draws_scipys_numbers_without_scipy(seed, runs, dims):
 
 def test_making_a_plan_does_not_import_scipy(tmp_path):
     """scipy's import took 0.6 s of every `make audit` (issue 17)."""
-    code = ("import sys; from ext4audit import cli; rc = cli.main(['plan', '--out', sys.argv[1]]); "
+    code = ("import sys; from ext4audit.cli import commands as cli; rc = cli.main(['plan', '--out', sys.argv[1]]); "
             "print(rc, sorted(m for m in sys.modules if m.split('.')[0] == 'scipy')[:3])")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "plan.json")], stdout=subprocess.PIPE,
                          universal_newlines=True, check=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))

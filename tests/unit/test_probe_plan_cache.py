@@ -9,7 +9,7 @@ import yaml
 
 from conftest import ROOT
 
-from ext4audit import probe
+from ext4audit.probe import analysis as probe
 
 
 def test_the_cache_is_named_by_the_plan_code(tmp_path, monkeypatch):

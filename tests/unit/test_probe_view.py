@@ -12,7 +12,10 @@ import re
 import pytest
 
 from conftest import ROOT
-from ext4audit import catalog as catalog_mod, html as report_html, markdown, probe, probe_actions, reports
+from ext4audit.formats import html as report_html, markdown
+from ext4audit.probe import analysis as probe, sentences as probe_actions
+from ext4audit.report import reports
+from ext4audit.rules import catalog as catalog_mod
 from test_html import HOSTILE, Page
 
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "probe")

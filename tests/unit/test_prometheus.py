@@ -10,7 +10,8 @@ from hypothesis import given, settings, strategies as st
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ext4audit import prometheus, reports
+from ext4audit.formats import prometheus
+from ext4audit.report import reports
 from test_baseline import NOBARRIER, NODELALLOC_DISCARD, make_run, record
 from test_rules import with_options
 from test_monitoring import promtool_or_skip

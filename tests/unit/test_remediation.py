@@ -1,8 +1,9 @@
-"""rules/remediation.yml's loader and the plan and outcome of ext4audit/remediation.py."""
+"""rules/remediation.yml's loader and the plan and outcome of ext4audit/steps/remediation.py."""
 
 import pytest
 
-from ext4audit import catalog, remediation
+from ext4audit.rules import catalog
+from ext4audit.steps import remediation
 
 DATA = remediation.load(known_rules=list(catalog.load().by_id))
 SB = {"block_count": 524288, "block_size": 4096, "features": ["has_journal", "flex_bg"], "inode_size": 128}

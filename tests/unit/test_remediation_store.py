@@ -9,13 +9,13 @@ import os
 import pytest
 
 from conftest import fixture_text
-from ext4audit.parsers import ext4_parsers as p
+from ext4audit.parsers.ext4_parsers.superblock import parse_dumpe2fs
 from test_rules import facts, with_options
 from test_store import cli, reported_run, store_url  # noqa: F401  (the store fixture, SQLite and PostgreSQL)
 
-SMALL_SB = p.parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.47-small-journal-inode128.txt"))
+SMALL_SB = parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.47-small-journal-inode128.txt"))
 # mke2fs -t ext3 -I 128: no flex_bg, so tune2fs -I can grow its inodes (the fixture's are 256 bytes)
-EXT3_SB = dict(p.parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.47-ext3.txt")), inode_size=128)
+EXT3_SB = dict(parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.47-ext3.txt")), inode_size=128)
 HOSTS = [("db-1", facts(options=with_options("nobarrier", "commit=120", "data=writeback"), sb=SMALL_SB)),
          ("db-2", facts(options=with_options("nobarrier", "discard"), sb=EXT3_SB)),
          ("web-1", facts(options=with_options("nobarrier"))),

@@ -10,7 +10,8 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conftest import ROOT, VENV_BIN, fixture_text
-from ext4audit import reports, waivers
+from ext4audit.report import reports
+from ext4audit.rules import waivers
 from test_rules import facts, with_options
 
 NOW = datetime.datetime(2026, 11, 21, 12, 0, tzinfo=datetime.timezone.utc)

@@ -6,7 +6,7 @@ on this machine: kernel 6.18.44 and a 2 GiB ext4 made with mkfs.ext4's defaults,
 a filesystem's `options` as `mount -o` does (`nobarrier` replaces `barrier`, `commit=60`
 replaces `commit=5`; `^data` drops the option) and the superblock's `features` as `tune2fs -O`
 does (`64bit` adds it, `^64bit` drops it). Each key must be one a facts record has
-(ext4audit/fact_paths.py), so a misspelt field fails with the file and the field, never passes as
+(ext4audit/model/fact_paths.py), so a misspelt field fails with the file and the field, never passes as
 a field the rule does not read. A case expects the rule's findings (each with its severity and
 mountpoint, and any other finding field worth pinning) and, where a fact is missing, its
 undetermined entries; findings of other rules are not its business.
@@ -23,8 +23,10 @@ import os
 import pytest
 
 from conftest import ROOT
-from ext4audit import catalog as catalog_mod, engine, fact_paths, safe_yaml
-from ext4audit.parsers import ext4_parsers
+from ext4audit.model import safe_yaml
+from ext4audit.model import fact_paths
+from ext4audit.rules import catalog as catalog_mod, engine
+from ext4audit.parsers.ext4_parsers.mounts import option_map
 
 CASES_DIR = os.path.join(ROOT, "rules", "cases")
 DEFAULT_FACTS = os.path.join(CASES_DIR, "default_facts.json")
@@ -63,7 +65,7 @@ class CaseError(ValueError):
 
 
 def _option_name(option):
-    return next(iter(ext4_parsers.option_map([option])))
+    return next(iter(option_map([option])))
 
 
 def _edit_options(options, changes, where):
@@ -322,7 +324,7 @@ def test_options_and_features_are_edited_as_the_tools_do():
     fs = case_facts({"filesystems": [{"options": ["nobarrier", "commit=60", "^data"],
                                       "superblock": {"features": ["^64bit", "fast_commit"]}}]})["filesystems"][0]
     default_fs = DEFAULT["filesystems"][0]
-    options = ext4_parsers.option_map(fs["options"])
+    options = option_map(fs["options"])
     assert options["barrier"] is False and options["commit"] == "60" and "data" not in options
     assert len(fs["options"]) == len(default_fs["options"]) - 1
     assert "64bit" not in fs["superblock"]["features"] and fs["superblock"]["features"][-1] == "fast_commit"

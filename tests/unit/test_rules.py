@@ -8,13 +8,17 @@ import os
 
 import pytest
 
-from ext4audit.parsers import ext4_parsers as p, kernel_version
+from ext4audit.parsers import kernel_version
+from ext4audit.parsers.ext4_parsers.mounts import option_map, parse_ext4_options
+from ext4audit.parsers.ext4_parsers.superblock import parse_dumpe2fs, parse_jbd2_info
 from conftest import ROOT, fixture_text
-from ext4audit import catalog as catalog_mod, contract, engine, probe, safe_yaml
+from ext4audit.model import contract, safe_yaml
+from ext4audit.probe import analysis as probe
+from ext4audit.rules import catalog as catalog_mod, engine
 
 CATALOG = catalog_mod.load()
-DEFAULT_OPTIONS = p.parse_ext4_options(fixture_text("ext4_options", "kernel-6.18-defaults.txt"))
-DEFAULT_SB = p.parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.47-default-2g.txt"))
+DEFAULT_OPTIONS = parse_ext4_options(fixture_text("ext4_options", "kernel-6.18-defaults.txt"))
+DEFAULT_SB = parse_dumpe2fs(fixture_text("dumpe2fs", "e2fsprogs-1.47-default-2g.txt"))
 MAINLINE_618 = dict(kernel_version.identify("6.18.44-fc-v669", "Linux version 6.18.44-fc-v669 #1 SMP"),
                     page_size=4096)
 
@@ -38,8 +42,8 @@ def with_options(*changes):
     """The default option list with some options replaced, e.g. with_options('nodelalloc')."""
     result = list(DEFAULT_OPTIONS)
     for change in changes:
-        name = p.option_map([change]).popitem()[0]
-        result = [o for o in result if p.option_map([o]).popitem()[0] != name] + [change]
+        name = option_map([change]).popitem()[0]
+        result = [o for o in result if option_map([o]).popitem()[0] != name] + [change]
     return result
 
 
@@ -73,7 +77,7 @@ def confirmed(fact_tree, rule_id, ratio):
 
 @pytest.mark.parametrize("rule_id, fact_tree", [
     ("EXT4_DIOREAD_NOLOCK_NODELALLOC", lambda: facts(options=with_options("nodelalloc"), kernel=kernel("5.6.12"))),
-    ("EXT4_SMALL_JOURNAL", lambda: facts(sb=p.parse_dumpe2fs(
+    ("EXT4_SMALL_JOURNAL", lambda: facts(sb=parse_dumpe2fs(
         fixture_text("dumpe2fs", "e2fsprogs-1.45-luks-music-journal-128m.txt")))),
 ])
 def test_static_performance_findings_stay_medium_until_the_probe_confirms(rule_id, fact_tree):
@@ -298,7 +302,7 @@ def test_a_catalog_without_aliases_is_read_by_libyaml(monkeypatch, tmp_path):
 
 def test_the_fact_paths_are_what_the_engine_computes():
     """derived and host are the engine's own facts: fact_paths lists exactly those."""
-    from ext4audit import fact_paths
+    from ext4audit.model import fact_paths
     record = facts()
     assert set(engine.filesystem_context(record["filesystems"][0], record)["derived"]) == set(fact_paths.DERIVED)
     assert set(engine.host_context(record)["host"]) == set(fact_paths.HOST)
@@ -308,14 +312,14 @@ def test_the_fact_paths_are_what_the_engine_computes():
 def test_the_fact_paths_cover_every_fixture():
     """Every superblock field, option and jbd2 statistic in the real output kept as fixtures is a
     path rules may read (tests/integration/test_fact_paths.py checks a live facts record)."""
-    from ext4audit import fact_paths
+    from ext4audit.model import fact_paths
     for name in os.listdir(os.path.join(ROOT, "tests", "fixtures", "dumpe2fs")):
-        assert set(p.parse_dumpe2fs(fixture_text("dumpe2fs", name))) == set(fact_paths.SUPERBLOCK), name
+        assert set(parse_dumpe2fs(fixture_text("dumpe2fs", name))) == set(fact_paths.SUPERBLOCK), name
     for name in os.listdir(os.path.join(ROOT, "tests", "fixtures", "ext4_options")):
-        options = p.option_map(p.parse_ext4_options(fixture_text("ext4_options", name)))
+        options = option_map(parse_ext4_options(fixture_text("ext4_options", name)))
         assert set(options) <= set(fact_paths.OPTIONS), (name, set(options) - set(fact_paths.OPTIONS))
     for name in os.listdir(os.path.join(ROOT, "tests", "fixtures", "jbd2")):
         if "fc_info" not in name:  # the fast-commit statistics file, not jbd2's info
-            assert set(p.parse_jbd2_info(fixture_text("jbd2", name))) <= set(fact_paths.JBD2), name
+            assert set(parse_jbd2_info(fixture_text("jbd2", name))) <= set(fact_paths.JBD2), name
 
 

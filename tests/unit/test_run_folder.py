@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from ext4audit import run as run_mod
+from ext4audit.cli import run as run_mod
 from ext4audit.parsers import run_folder
 from test_baseline import DEFAULTS, record
 from test_reports import cli, write_run

@@ -24,6 +24,6 @@ def test_every_controller_module_is_in_the_sanity_ignore_file():
     with open(os.path.join(ROOT, "tests", "sanity", "ignore-2.19.txt")) as handle:
         skipped = set(line.split(" #")[0] for line in handle)
     missing = ["%s %s!skip" % (os.path.relpath(path, ROOT), test)
-               for path in sorted(glob.glob(os.path.join(ROOT, "ext4audit", "*.py"))) for test in ("pep8", "pylint")
+               for path in sorted(glob.glob(os.path.join(ROOT, "ext4audit", "**", "*.py"), recursive=True)) for test in ("pep8", "pylint")
                if "%s %s!skip" % (os.path.relpath(path, ROOT), test) not in skipped]
     assert missing == [], "add to tests/sanity/ignore-2.19.txt: %s" % missing

@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import ROOT, SARIF_MULTITOOL
-from ext4audit import catalog as catalog_mod, sarif
+from ext4audit.formats import sarif
+from ext4audit.rules import catalog as catalog_mod
 from test_baseline import DEFAULTS, NOBARRIER, NODELALLOC_DISCARD, make_run, record
 from test_reports import HOSTILE, cli
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ext4audit import catalog as catalog_mod, waivers
+from ext4audit.rules import catalog as catalog_mod, waivers
 from test_tailoring_checks import SITE_RULE as TAILORING_RULE
 
 WAIVER = ("waivers:\n  - rule: EXT4_NOBARRIER\n    justification: battery-backed cache\n"

@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from conftest import ROOT, VENV_BIN
-from ext4audit import contract, store as store_pkg
+from ext4audit import store as store_pkg
+from ext4audit.model import contract
 from ext4audit.store import history, ingest, schema
 from test_rules import facts, with_options
 

@@ -10,7 +10,10 @@ import re
 
 import pytest
 
-from ext4audit import finding_groups, markdown, reports, store as store_pkg
+from ext4audit import store as store_pkg
+from ext4audit.formats import markdown
+from ext4audit.report import finding_groups
+from ext4audit.report import reports
 from ext4audit.store import history, ingest, schema
 from test_store import CLEAN, NIGHTS, NOBARRIER, cli, reported_run, store_url  # noqa: F401  (store_url: the fixture)
 from test_html import Page

@@ -12,7 +12,9 @@ import re
 import pytest
 
 from conftest import ROOT
-from ext4audit import finding_groups, markdown, reports
+from ext4audit.formats import markdown
+from ext4audit.report import finding_groups
+from ext4audit.report import reports
 from test_reports import cli
 
 GITHUB_LIMIT = 1024 * 1024  # bytes of a step's job summary GitHub accepts

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from conftest import ROOT
-from ext4audit import catalog as catalog_mod, policy
+from ext4audit.rules import catalog as catalog_mod, policy
 
 CATALOG = catalog_mod.load()
 SITE_RULE = """schema: ext4-fleet-audit/rules/v1

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from conftest import ROOT
-from ext4audit import reports, terminal
+from ext4audit.formats import terminal
+from ext4audit.report import reports
 from test_reports import cli
 
 sys.path.insert(0, os.path.join(ROOT, "bench"))

@@ -11,7 +11,8 @@ from hypothesis import given, settings, strategies as st
 from tap.parser import Parser
 
 from conftest import ROOT
-from ext4audit import tap, writers
+from ext4audit.formats import tap
+from ext4audit.formats import writers
 from test_reports import HOSTILE, cli, hostile_facts, write_run
 from test_rules import facts
 
@@ -52,7 +53,7 @@ def test_every_registered_format_is_a_writer_with_its_own_file():
 
 def test_tap_is_one_module_and_one_registration_line():
     """The TAP format touches nothing but its module and its line in writers.FORMATS."""
-    module = importlib.import_module("ext4audit.tap")
+    module = importlib.import_module("ext4audit.formats.tap")
     lines = [line for line in open(writers.__file__).read().splitlines() if "tap" in line]
     assert lines == ['    "tap": "tap",'] and module.Writer.file == "report.tap"
 
@@ -165,7 +166,7 @@ _ESCAPED = st.text(st.sampled_from("&<>\"'\r\n\t\\`*_[]{}()#+!|~$-;a é\x00\ud80
 def test_summary_md_escapes_as_a_per_character_table_does(text):
     """summary.md escapes with str.replace in order (writers.replace_all, for speed): the same
     text as one lookup per character would give. (junit.xml is ElementTree's.)"""
-    from ext4audit import markdown
+    from ext4audit.formats import markdown
 
     table = str.maketrans(dict({"&": "&amp;", "<": "&lt;", ">": "&gt;"}, **{c: "\\" + c for c in "\\`*_[]{}()#+!|~$-"}))
     assert markdown.md(text) == markdown._MD_BREAKS.sub(" ", text.translate(table))

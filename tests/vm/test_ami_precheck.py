@@ -19,7 +19,8 @@ import pytest
 from conftest import (ROOT, VENV_BIN, VM_IMAGES, ansible_playbook, failing_rules, load_json, needs_vm, qemu_processes,
                       run, upgradable_data_corruption)
 
-from ext4audit.parsers import ext4_parsers
+from ext4audit.parsers.ext4_parsers.mounts import option_map
+from ext4audit.parsers.ext4_parsers.superblock import parse_dumpe2fs_identity
 
 # Options the offline inference states for every ext4 filesystem (kernel defaults, superblock, fstab).
 COMPARED = ("data", "delalloc", "auto_da_alloc", "barrier", "discard", "commit", "errors", "journal_async_commit")
@@ -49,7 +50,7 @@ def image_facts(tmp_path, **args):
 
 def dumpe2fs_uuid(disk):
     out = run(["dumpe2fs", "-h", disk])
-    return ext4_parsers.parse_dumpe2fs_identity(out)["uuid"]
+    return parse_dumpe2fs_identity(out)["uuid"]
 
 
 def precheck(tmp_path, image, **extra):
@@ -118,7 +119,7 @@ def test_whole_flow_on_the_raw_image(vm_image, tmp_path):
     on_root = [fs for fs in booted["filesystems"] if fs["mountpoint"] == "/"][0]
     assert off_root["uuid"] == dumpe2fs_uuid(vm_image["disk"])  # the VM booted with root=UUID=<this>
     assert on_root["options_source"] == "proc" and off_root["options_source"] == "inferred"
-    effective, inferred = ext4_parsers.option_map(on_root["options"]), ext4_parsers.option_map(off_root["options"])
+    effective, inferred = option_map(on_root["options"]), option_map(off_root["options"])
     for name in COMPARED:
         # /proc/fs/ext4/<dev>/options lists every option in effect: an unlisted flag is off.
         assert effective.get(name, False) == inferred[name], (name, on_root["options"], off_root["options"])
