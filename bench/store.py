@@ -10,7 +10,7 @@ settings, fsync on) on a loopback port, run as nobody, removed afterwards. --fol
 made by an earlier run of this script (kept with --keep), instead of cloning one. --code: time only
 the ingest of the folder by each checkout's ext4audit in turn (a child process each, a new
 database each), --repeat times: before and after. --bulk-nights (PostgreSQL): grow the store to
---nights nights in one statement a table (bulk_nights), instead of a night at a time.
+--nights nights one statement a table and night, indexes built once after (bulk_nights).
 
 1. A real run folder of --base hosts (bench/aggregate.py's synthetic fleet, reported by the real
    `ext4audit report`), cloned to --hosts host reports (host i is base host i mod --base, renamed)
@@ -115,7 +115,8 @@ def grow(store, nights, hosts):
 # kernel groups are not recomputed). filesystems (the superblocks remediation reads; no history
 # question does) stays night-00's alone: 29 more nights of it are ~5 GB this machine's disk has
 # not to spare; measure() adds 29 nights' worth of its size to the size per host and night.
-# One INSERT ... SELECT a table for all nights, with the
+# One INSERT ... SELECT a table and night (all nights at once interleave the nights' rows on disk),
+# in one transaction a table, with the
 # big tables' indexes dropped first and built once after: a night at a time, as grow(), the
 # indexes are maintained row by row (minutes a night on this machine).
 BULK_INDEXES = ["findings_run ON findings (run_id, host)", "findings_rule ON findings (rule, run_id)",
@@ -130,7 +131,7 @@ RUN_COUNTS = ("SELECT run_id, SUM(findings) AS findings, SUM(waived) AS waived, 
 
 
 def bulk_nights(store, nights):
-    """PostgreSQL: nights 01..nights-1 made from night-00 in one statement a table (see above);
+    """PostgreSQL: nights 01..nights-1 made from night-00 a statement a table and night (see above);
     first, the counting statements are checked against what ingest counted for night-00."""
     counted = store.rows("SELECT " + RULE_COUNTS.split(" SELECT ", 1)[1] % "= 'night-00'" + " ORDER BY rule")
     assert counted == store.rows("SELECT run_id, slice, rule, findings, hosts, waived FROM rule_counts ORDER BY rule")
@@ -138,7 +139,7 @@ def bulk_nights(store, nights):
         "SELECT run_id, findings, waived, hosts_with_findings FROM runs")
     night = ("SELECT g, 'night-' || lpad(g::text, 2, '0') AS run_id, "
              "'2026-10-' || lpad((g + 1)::text, 2, '0') || 'T03:00:00Z' AS at, "
-             "'host-%%' || lpad(g::text, 2, '0') AS dropped FROM generate_series(1, ?) AS g")  # %%: psycopg's %
+             "'host-%%' || lpad(g::text, 2, '0') AS dropped FROM generate_series(?, ?) AS g")  # %%: psycopg's %
     steps = [
         ["DROP INDEX %s" % index.split()[0] for index in BULK_INDEXES] + ["ALTER TABLE hosts DROP CONSTRAINT hosts_pkey"],
         "INSERT INTO runs (run_id, generated_at, ingested_at, fail_on, fail_on_new, unreachable_is_incomplete, verdict, "
@@ -168,7 +169,9 @@ def bulk_nights(store, nights):
         start = time.perf_counter()
         with store.transaction():
             for statement in step if isinstance(step, list) else [step]:
-                store.execute(statement, (nights - 1,) if "?" in statement else ())
+                # a night at a time, so that a night's rows lie together on disk as ingest's COPY puts them
+                for number in range(1, nights) if "?" in statement else [None]:
+                    store.execute(statement, (number, number) if number else ())
         print("    %6.1f s  %s" % (time.perf_counter() - start, (step if isinstance(step, str) else step[0])[:70]),
               flush=True)
     store.execute("ANALYZE")
