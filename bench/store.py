@@ -139,7 +139,7 @@ def bulk_nights(store, nights):
         "SELECT run_id, findings, waived, hosts_with_findings FROM runs")
     night = ("SELECT g, 'night-' || lpad(g::text, 2, '0') AS run_id, "
              "'2026-10-' || lpad((g + 1)::text, 2, '0') || 'T03:00:00Z' AS at, "
-             "'host-%%' || lpad(g::text, 2, '0') AS dropped FROM generate_series(?, ?) AS g")  # %%: psycopg's %
+             "'host-%%' || lpad(g::text, 2, '0') AS dropped FROM generate_series(?::int, ?::int) AS g")  # %%: psycopg's %
     steps = [
         ["DROP INDEX %s" % index.split()[0] for index in BULK_INDEXES] + ["ALTER TABLE hosts DROP CONSTRAINT hosts_pkey"],
         "INSERT INTO runs (run_id, generated_at, ingested_at, fail_on, fail_on_new, unreachable_is_incomplete, verdict, "
