@@ -116,7 +116,7 @@ def _report(args: argparse.Namespace, run_dir: str) -> int:
     job = fleet.Job(run_dir, catalog, waivers, base, probes, plan, run_id, now, args.fail_on, args.fail_on_new,
                     max(len(paths), len(play_hosts or ())), plotted_hosts(probes, plan), os.path.join(args.rules_dir, "catalog.yml"),
                     args.inventory, args.formats, play_hosts)
-    job.history = store_commands.report_history(args)  # type: ignore[attr-defined]  # not declared by fleet.Job
+    job.history, store_failed = store_commands.report_history(args)  # the groups' open since, trend
     summary_path = os.path.join(run_dir, reports.SUMMARY)
     try:
         job.staging = fleet.stage(run_dir)
@@ -136,7 +136,7 @@ def _report(args: argparse.Namespace, run_dir: str) -> int:
             args.run_dir, exc, "" if os.path.exists(summary_path) else
             "; it is incomplete (no %s), and gate, merge and --baseline refuse it" % reports.SUMMARY))
     reports.point_latest(os.path.join(run_dir, ".."), run_id, run_dir)  # syncfs: summary.json too
-    since = store_commands.record_report(args, summary)  # the results store: history, first seen
+    since = store_commands.record_report(args, summary, store_failed)  # the results store: history, first seen
     if args.verdict_file:
         reports.write_verdict(args.verdict_file, args.run_dir, summary, args.gate)
     sys.stdout.write(reports.json_text(summary) if args.print == "json" else

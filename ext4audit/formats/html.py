@@ -40,6 +40,7 @@ from ext4audit.formats import writers
 from ext4audit.report import reports
 from ext4audit.rules import policy as policy_mod
 from ext4audit.report import host_report
+from ext4audit.store import history as store_history
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 # A probed host's three pictures take about 0.3 s to draw and 80 KiB of page: a fleet where the
@@ -608,20 +609,26 @@ def _glossary(rule_ids, catalog, found=None):
     return sorted(entries, key=lambda e: (-severity_rank(e["severity"]), e["id"]))
 
 
-def _group_rows(groups: "finding_groups.FindingGroups") -> list:
-    """The findings groups the page shows (GROUP_ROWS at most, the worst first), as dicts."""
+def _group_rows(groups: "finding_groups.FindingGroups", history: "dict | None" = None) -> list:
+    """The findings groups the page shows (GROUP_ROWS at most, the worst first), as dicts; with the
+    store's history (history.rule_nights of the nights before this run), each with its "since"
+    and "trend" ([(generated_at, count)], oldest first) as summary.md shows them."""
     rows = []
+    past = store_history.group_history(history, groups) if history is not None else None
     for key, (findings, hosts, samples) in groups.ordered()[:GROUP_ROWS]:
         rows.append({"rule": key[0], "severity": key[1], "message": key[3], "waived": finding_groups.is_waived(key),
                      "expired": key[6] is not None, "new": key[7] == "new", "findings": findings, "hosts": hosts,
                      "samples": samples})
+        if past is not None:
+            rows[-1].update(since=store_history.since_label(past[key]), trend=past[key]["trend"])
     return rows
 
 
-def write_page(out, summary, digests, sections, groups, catalog=None, run_dir=None, found=None):
+def write_page(out, summary, digests, sections, groups, catalog=None, run_dir=None, found=None, history=None):
     """Write the page to `out`: digests are every host's reports.digest in run order (with its
     index, whether it has a section and its details chunk); sections: the host sections' HTML, in
-    order (small runs only, has_section); groups: the run's FindingGroups."""
+    order (small runs only, has_section); groups: the run's FindingGroups; history: the store's
+    nights before this run (history.rule_nights) for each group's open since and trend, or None."""
     rule_ids = sorted(set(rule for d in digests for (_, rule, _), _ in d["metrics"]))
     glossary = _glossary(rule_ids, catalog, found)
     gate, gate_plot, gate_error = _kernel_gate(run_dir)
@@ -633,7 +640,8 @@ def write_page(out, summary, digests, sections, groups, catalog=None, run_dir=No
         summary=summary, fleet_data=Markup(fleet_data(digests)), statuses=sorted(set(d["status"] for d in digests)),
         kernel_group_rows=reports.KERNEL_GROUP_ROWS,
         own_policy=sum(1 for d in digests if d["row"]["fail_on"] != summary["policy"]["fail_on"]),
-        sections=sections, groups=_group_rows(groups), group_count=len(groups.groups), group_rows=GROUP_ROWS,
+        sections=sections, groups=_group_rows(groups, history), group_count=len(groups.groups), group_rows=GROUP_ROWS,
+        history_note=store_history.group_history_note(history) if history is not None else None,
         worst=[dict(d["row"], index=d["index"], bad=bool(d["bad"]), link=host_link(d["host"])) for d in worst],
         worst_rows=WORST_HOSTS,
         with_sections=any(d.get("section") for d in digests), glossary=glossary,
@@ -643,7 +651,7 @@ def write_page(out, summary, digests, sections, groups, catalog=None, run_dir=No
         csp=csp(script), script=Markup(script), css=Markup(_asset("report.css"))).dump(out)
 
 
-def _write_held(out, summary, host_reports, catalog, run_dir, details):
+def _write_held(out, summary, host_reports, catalog, run_dir, details, history=None):
     """write_page for host reports held in memory (render, write); details: a Details."""
     policy = summary["policy"]
     compared = summary.get("baseline") is not None
@@ -663,16 +671,17 @@ def _write_held(out, summary, host_reports, catalog, run_dir, details):
     for report in host_reports:
         for finding in report["findings"]:
             found.setdefault(finding["rule"], finding)
-    write_page(out, summary, digests, sections, groups, catalog, run_dir, found)
+    write_page(out, summary, digests, sections, groups, catalog, run_dir, found, history)
 
 
-def render(summary, host_reports, catalog=None, run_dir=None):
+def render(summary, host_reports, catalog=None, run_dir=None, history=None):
     """The page as a string, without its details folder (its hosts' details do not load; the
     report step and write() make both). catalog: the loaded rule catalog (rationale and
     references per rule; a rule missing from it shows what its findings carry). run_dir: where
-    the raw probe records (for the d-span CDFs) and kernel_gate.json are, when there are any."""
+    the raw probe records (for the d-span CDFs) and kernel_gate.json are, when there are any.
+    history: the store's nights before this run (history.rule_nights), for the groups' open since."""
     out = io.StringIO()
-    _write_held(out, summary, host_reports, catalog, run_dir, Details(None))
+    _write_held(out, summary, host_reports, catalog, run_dir, Details(None), history)
     return out.getvalue()
 
 
@@ -730,4 +739,5 @@ class Writer(writers.GroupsWriter):
             reader = host_report.Reader(job.run_dir)
             sections = (Markup(renderer.render(reader.read(reports.host_report_path(job.run_dir, d["host"])), d))
                         for d in digests if d.get("section"))
-        write_page(out, summary, digests, sections, merged, self.job.catalog, self.job.run_dir)
+        write_page(out, summary, digests, sections, merged, self.job.catalog, self.job.run_dir,
+                   history=self.job.history)

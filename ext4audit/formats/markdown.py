@@ -158,17 +158,14 @@ def _history_head(history: "dict | None") -> list:
     """The group table's head: with the store's history, its two columns and what they mean."""
     if history is None:
         return ["| severity | rule | hosts | finding | on |", "|---|---|---|---|---|"]
-    return ["Open since: the first of the nights in a row up to the last one (%s) with the group's rule "
-            "(waived, for a waived group); trend: hosts with it on each of the last %d nights of this scope "
-            "(waived findings, for a waived group), oldest first; the results store keeps rules, so the "
-            "groups of a rule share them." % (history["nights"][-1][1], store_history.TREND_NIGHTS), "",
+    return [store_history.group_history_note(history), "",
             "| severity | rule | hosts | finding | on | open since | trend |", "|---|---|---|---|---|---|---|"]
 
 
 def _history_cells(past: dict) -> str:
     """A group's "open since" and trend cells, after its row's last."""
-    since = past["open_since"][:10] if past["open_since"] else "new" if past["trend"] else "-"
-    return " %s | %s |" % (since, " ".join("{:,}".format(count) for _, count in past["trend"]) or "-")
+    return " %s | %s |" % (store_history.since_label(past),
+                           " ".join("{:,}".format(count) for _, count in past["trend"]) or "-")
 
 
 def _group_row(key: tuple, hosts: int, samples: list) -> str:
@@ -337,4 +334,4 @@ class Writer(writers.GroupsWriter):
         shown = [row["host"] for row in sorted(summary["hosts"], key=reports.attention_order)[:MD_HOSTS]]
         reader = host_report.Reader(self.job.run_dir)
         out.write(document(summary, [reader.read(reports.host_report_path(self.job.run_dir, host)) for host in shown],
-                           merged, getattr(self.job, "history", None)))
+                           merged, self.job.history))

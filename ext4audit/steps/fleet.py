@@ -167,6 +167,7 @@ class Job:
         self.plotted, self.catalog_path, self.inventory = plotted, catalog_path, inventory
         self.formats = formats  # writers.FORMATS names, in that order
         self.staging = None
+        self.history = None  # the store's finding-group history (open since, trend), set by the command
         self.writers = None  # see _writers
         # what the v2 host reports refer to (host_report.Shared): this process's; the parent's
         # gathers every worker's evidence (report_hosts)

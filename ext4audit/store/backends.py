@@ -97,6 +97,19 @@ class PostgresStore(Store):
         return self.one("SELECT to_regclass(?) IS NOT NULL", (table,))[0]
 
 
+CONNECT_TIMEOUT = 30  # seconds to wait for an unreachable server, unless the URL or PGCONNECT_TIMEOUT says
+
+
+def _timeout(url: str) -> dict:
+    """psycopg.connect's connect_timeout: ours only where neither the URL nor libpq's variable sets one."""
+    import psycopg.conninfo  # pylint: disable=import-outside-toplevel  # with psycopg, in connect
+    try:
+        given = "connect_timeout" in psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        given = False  # a URL psycopg cannot parse: connect says why
+    return {} if given or os.environ.get("PGCONNECT_TIMEOUT") else {"connect_timeout": CONNECT_TIMEOUT}
+
+
 def connect(store: str) -> Store:
     """Open the store at `store` (a file path, or a postgresql:// URL), without touching its schema."""
     if is_url(store):
@@ -107,7 +120,7 @@ def connect(store: str) -> Store:
                              % (display(store), exc))
         try:
             # autocommit: each `transaction()` is one BEGIN..COMMIT; reads outside one see the latest
-            return PostgresStore(display(store), psycopg.connect(store, autocommit=True, connect_timeout=30))
+            return PostgresStore(display(store), psycopg.connect(store, autocommit=True, **_timeout(store)))
         except psycopg.Error as exc:
             raise StoreError("store %s: cannot connect: %s" % (display(store), str(exc).strip()))
     folder = os.path.dirname(os.path.abspath(store))

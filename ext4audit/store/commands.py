@@ -6,7 +6,7 @@ import functools
 import json
 import os
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ext4audit.report import baseline, reports
 from ext4audit.store import DEFAULT_NAME, OFF, StoreError, display, history, ingest, location, schema, scope
@@ -28,11 +28,14 @@ def add_report_options(parser: argparse.ArgumentParser) -> None:
     add_scope_options(parser)
 
 
-def add_scope_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scope-hosts", default="", metavar="PATTERN",
-                        help="the facts play's hosts pattern (ext4_audit_hosts), recorded as the run's scope with "
-                             "--scope-limit: the store's nightly diff compares nights of one scope (empty: unknown, "
-                             "compared with any)")
+RECORDED = ("the facts play's hosts pattern (ext4_audit_hosts), recorded as the run's scope with --scope-limit: the "
+            "store's nightly diff compares nights of one scope (empty: unknown, compared with any)")
+COUNTED = ("the nights counted: those of this scope (the facts play's hosts pattern, with --scope-limit) and those "
+           "recorded without one; default: the scope of the last complete night")
+
+
+def add_scope_options(parser: argparse.ArgumentParser, hosts_help: str = RECORDED) -> None:
+    parser.add_argument("--scope-hosts", default="", metavar="PATTERN", help=hosts_help)
     parser.add_argument("--scope-limit", default="", metavar="PATTERN", help="the run's --limit (ansible_limit)")
 
 
@@ -42,14 +45,17 @@ def run_scope(args: argparse.Namespace) -> str:
     return scope(hosts or "all", limit) if hosts or limit else ""
 
 
-def record_report(args: argparse.Namespace, summary: dict) -> List[str]:
+def record_report(args: argparse.Namespace, summary: dict, failed: Optional[StoreError] = None) -> List[str]:
     """Record the run folder the report step just finished; return the lines to print above its
-    table (each finding rule: how many, and since when the store has seen them)."""
+    table (each finding rule: how many, and since when the store has seen them). failed: the
+    error report_history met opening the store, said again without waiting for it twice."""
     reports_dir = os.path.dirname(os.path.normpath(os.path.abspath(args.run_dir)))
     where = location(args.store, reports_dir)
     if where is None:
         return []
     try:
+        if failed is not None:
+            raise failed
         with schema.open_store(where) as store:
             done = ingest.ingest(store, args.run_dir, args.slice, scope=run_scope(args))
             seen = history.first_seen(store, done["run_id"])
@@ -59,22 +65,24 @@ def record_report(args: argparse.Namespace, summary: dict) -> List[str]:
     return since_lines(seen, summary["generated_at"], display(where))
 
 
-def report_history(args: argparse.Namespace) -> Optional[dict]:
-    """For summary.md's finding groups, before tonight is recorded: history.rule_nights of the
-    store the report step records into, nights of this run's scope; None without a store (off),
-    without a night of this scope yet, or when it cannot be read (record_report then says why)."""
+def report_history(args: argparse.Namespace) -> Tuple[Optional[dict], Optional[StoreError]]:
+    """For the finding groups of summary.md and report.html, before tonight is recorded:
+    (history.rule_nights of the store the report step records into, nights of this run's scope,
+    None without a store (off), without a night of this scope yet, or when it cannot be read;
+    the StoreError that says why it could not, for record_report, which then does not try again:
+    an unreachable server is waited for once)."""
     reports_dir = os.path.dirname(os.path.normpath(os.path.abspath(args.run_dir)))
     where = location(args.store, reports_dir)
     if where is None:
-        return None
+        return None, None
     try:
         with schema.open_store(where) as store:
             data = history.rule_nights(store, run_scope(args))
-    except StoreError:
-        return None
+    except StoreError as exc:
+        return None, exc
     run_id = os.path.basename(os.path.normpath(args.run_dir))  # reported again: its earlier record is not history
     data["nights"] = [night for night in data["nights"] if night[0] != run_id]
-    return data if data["nights"] else None  # a first night: nothing to show yet
+    return (data if data["nights"] else None), None  # a first night: nothing to show yet
 
 
 def since_lines(seen: Dict[tuple, str], tonight: str, where: str) -> List[str]:
@@ -121,14 +129,17 @@ def add_history_parser(sub: Any) -> None:
     q = questions.add_parser("trend", help="per night: findings and hosts with one, of a rule or of all")
     q.add_argument("--rule")
     q.add_argument("--nights", type=int, default=30)
+    add_scope_options(q, COUNTED)
     q = questions.add_parser("images", help="per night: the hosts on each image (their os-release), or on --image")
     q.add_argument("--image", help="only this image (as `history images` names it): how many hosts still run it")
     q.add_argument("--nights", type=int, default=30)
+    add_scope_options(q, COUNTED)
     q = questions.add_parser("findings", help="each finding's first seen, last seen and resolved dates")
     q.add_argument("--host")
     q.add_argument("--rule")
     q = questions.add_parser("regressed", help="hosts with findings on the latest night they did not have at a date")
     q.add_argument("--since", required=True, metavar="DATE", help="2026-11-28 (end of that day) or a UTC stamp")
+    add_scope_options(q, COUNTED)
     questions.add_parser("time-to-fix", help="days from first seen to resolved, by rule and severity")
     q = questions.add_parser("prune", help="remove runs older than --keep-days")
     q.add_argument("--keep-days", type=int, default=history.DEFAULT_KEEP_DAYS,
@@ -156,13 +167,13 @@ def cmd_history(args: argparse.Namespace) -> int:
         elif question == "timeline":
             result = history.timeline(store, args.host, args.nights)
         elif question == "trend":
-            result = history.trend(store, args.rule, args.nights)
+            result = history.trend(store, args.rule, args.nights, run_scope(args) or history.latest_scope(store))
         elif question == "images":
-            result = history.images(store, args.image, args.nights)
+            result = history.images(store, args.image, args.nights, run_scope(args) or history.latest_scope(store))
         elif question == "findings":
             result = history.episodes(store, args.host, args.rule)
         elif question == "regressed":
-            result = history.regressed(store, args.since)
+            result = history.regressed(store, args.since, run_scope(args) or history.latest_scope(store))
         elif question == "time-to-fix":
             result = history.time_to_fix(store)
         elif question == "prune":

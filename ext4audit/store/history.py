@@ -24,12 +24,28 @@ TREND_NIGHTS = 7  # nights of a finding group's trend in summary.md (group_histo
 Identity = Tuple[str, str, Optional[str], Optional[str]]
 
 
-def nights(store: backends.Store, limit: Optional[int] = None, until: Optional[str] = None) -> List[tuple]:
-    """(run_id, generated_at) of the complete runs, oldest first: the last `limit`, up to `until`."""
+def nights(store: backends.Store, limit: Optional[int] = None, until: Optional[str] = None,
+           scope: str = "") -> List[tuple]:
+    """(run_id, generated_at) of the complete runs, oldest first: the last `limit`, up to `until`;
+    with a scope, the nights of that scope and those of unknown scope (recorded before scopes were,
+    as the nightly diff falls back to them: last_night), so a --limit web night is not counted
+    among the whole fleet's; without one, every night."""
+    where: str = ""
+    params: List[str] = []
+    if scope:
+        where, params = " AND scope IN (?, '')", [scope]
+    if until:
+        where, params = where + " AND generated_at <= ?", params + [until]
     rows = store.rows("SELECT run_id, generated_at FROM runs WHERE complete = 1%s ORDER BY generated_at DESC, "
-                      "run_id DESC%s" % (" AND generated_at <= ?" if until else "",
-                                         " LIMIT %d" % int(limit) if limit else ""), (until,) if until else ())
+                      "run_id DESC%s" % (where, " LIMIT %d" % int(limit) if limit else ""), params)
     return rows[::-1]
+
+
+def latest_scope(store: backends.Store) -> str:
+    """The scope of the last complete night: what `history` counts when no scope is asked for
+    (empty: unknown, every night)."""
+    row = store.one("SELECT scope FROM runs WHERE complete = 1 ORDER BY generated_at DESC, run_id DESC LIMIT 1")
+    return row[0] if row else ""
 
 
 def runs(store: backends.Store, limit: int = 30) -> List[dict]:
@@ -64,9 +80,10 @@ def timeline(store: backends.Store, host: str, limit: int = 30) -> List[dict]:
     return out
 
 
-def trend(store: backends.Store, rule: Optional[str] = None, limit: int = 30) -> List[dict]:
-    """Per night (the last `limit`): unwaived findings and the hosts with one (of `rule`, or of every rule), waived ones."""
-    order = nights(store, limit)
+def trend(store: backends.Store, rule: Optional[str] = None, limit: int = 30, scope: str = "") -> List[dict]:
+    """Per night (the last `limit` of `scope`: nights): unwaived findings and the hosts with one (of
+    `rule`, or of every rule), waived ones."""
+    order = nights(store, limit, scope=scope)
     if not order:
         return []
     ids = [n[0] for n in order]
@@ -83,10 +100,11 @@ def trend(store: backends.Store, rule: Optional[str] = None, limit: int = 30) ->
              "hosts_audited": audited.get(run_id)} for run_id, at in order]
 
 
-def images(store: backends.Store, image: Optional[str] = None, limit: int = 30) -> List[dict]:
-    """Per night (the last `limit`): the hosts on each image (ingest.image_of; "" unknown), the
-    most first; with `image`, only that one, 0 on a night without it: how many still run it."""
-    order = nights(store, limit)
+def images(store: backends.Store, image: Optional[str] = None, limit: int = 30, scope: str = "") -> List[dict]:
+    """Per night (the last `limit` of `scope`: nights): the hosts on each image (ingest.image_of;
+    "" unknown), the most first; with `image`, only that one, 0 on a night without it: how many
+    still run it."""
+    order = nights(store, limit, scope=scope)
     if not order:
         return []
     ids = [n[0] for n in order]
@@ -160,10 +178,10 @@ def first_seen(store: backends.Store, run_id: str) -> Dict[Identity, str]:
     return dict((row[:4], row[4]) for row in rows if row[:4] in mine)
 
 
-def regressed(store: backends.Store, since: str) -> List[dict]:
+def regressed(store: backends.Store, since: str, scope: str = "") -> List[dict]:
     """Hosts with an unwaived finding on the latest night that they did not have on the last night
-    up to `since` (a stamp or a date), both nights audited."""
-    latest, before = nights(store, 1), nights(store, 1, until=_stamp(since))
+    up to `since` (a stamp or a date), both nights of `scope` (nights), the host audited on the latest."""
+    latest, before = nights(store, 1, scope=scope), nights(store, 1, until=_stamp(since), scope=scope)
     if not latest or not before:
         return []
     now, then = latest[0][0], before[0][0]
@@ -320,6 +338,20 @@ def rule_nights(store: backends.Store, scope: str = "") -> dict:
     return out
 
 
+def group_history_note(data: dict) -> str:
+    """What a group's "open since" and trend mean, for the pages that show group_history's rows."""
+    return ("Open since: the first of the nights in a row up to the last one (%s) with the group's rule (waived, "
+            "for a waived group); trend: hosts with it on each of the last %d nights of this scope (waived "
+            "findings, for a waived group), oldest first; the results store keeps rules, so the groups of a rule "
+            "share them." % (data["nights"][-1][1], TREND_NIGHTS))
+
+
+def since_label(past: dict) -> str:
+    """A group's "open since" as the pages show it: the night's date, "new" when its rule was not
+    on the last night, "-" without nights."""
+    return past["open_since"][:10] if past["open_since"] else "new" if past["trend"] else "-"
+
+
 def group_history(data: dict, groups: "finding_groups.FindingGroups",
                   nights: int = TREND_NIGHTS) -> Dict[tuple, dict]:
     """Per finding group (groups.groups' keys), from rule_nights' data of the nights before this
@@ -328,7 +360,7 @@ def group_history(data: dict, groups: "finding_groups.FindingGroups",
     the last night (new tonight); "trend", its rule's hosts (unwaived groups) or waived findings
     (waived groups) on each of the last `nights` nights, oldest first, as [(generated_at, count)].
     The store keeps rules' counts, not messages: the groups of one rule share its history.
-    summary.md shows it; report.html can call this with its own groups."""
+    summary.md and report.html show it (since_label, group_history_note)."""
     order = data["nights"]
     out = {}
     for key in groups.groups:

@@ -10,7 +10,7 @@ slice without hosts: the night's verdict is incomplete, never pass.
 import glob
 import hashlib
 import os
-from typing import Dict, List, Optional
+from typing import Dict, List, Literal, Optional
 
 import msgspec
 
@@ -26,17 +26,58 @@ SLICE_TABLES = ("findings", "hosts", "kernel_groups", "rule_counts", "image_coun
 WORST = {"incomplete": 2, "fail": 1, "pass": 0}  # a night is as bad as its worst slice
 
 
-class _Kernel(contract.Kernel):
+# What the store keeps of a host report, decoded by the fields' own types (contract.HostReport's):
+# the rest of the report (messages, remediation, passes, the filesystems' other facts: nine
+# tenths of its bytes) is skipped unread, a tenth of the time of decoding it all (bench/README.md).
+# gc=False: none of them holds a cycle, and 100,000 reports' worth would wake the collector often.
+class _Kernel(msgspec.Struct, gc=False):
     """The report's kernel and what the store reads beside it: the facts' os-release (image_of)."""
+    release: Optional[str] = None
+    upstream: Optional[str] = None
+    vendor: Optional[str] = None
     os_release: Optional[Dict[str, str]] = None
 
 
-class _HostReport(contract.HostReport):
+class _Waiver(msgspec.Struct, gc=False):
+    justification: Optional[str] = None
+
+
+class _Finding(msgspec.Struct, gc=False):
+    rule: str
+    severity: contract.Severity
+    waived: bool
+    waiver: Optional[_Waiver] = None
+    device: Optional[str] = None
+    mountpoint: Optional[str] = None
+    # as the report step wrote it (reports.dump_compact: keys sorted, compact): its bytes are the key's
+    evidence: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _Filesystem(msgspec.Struct, gc=False):
+    mountpoint: str
+    device: Optional[str] = None
+    superblock: Optional[contract.Superblock] = None
+
+
+class _Policy(msgspec.Struct, gc=False):
+    fail_on: contract.Severity
+
+
+class _HostReport(msgspec.Struct, gc=False):
+    schema: Literal[contract.FULL_HOST_REPORT_SCHEMA]
+    host: contract.Name
+    status: Literal[contract.HOST_STATUSES]
+    findings: List[_Finding]
+    groups: Optional[List[str]] = None
+    reason: Optional[str] = None
+    policy: Optional[_Policy] = None
     kernel: Optional[_Kernel] = None
+    filesystems: Optional[List[_Filesystem]] = None
 
 
 _HOST = msgspec.json.Decoder(_HostReport)
 _VERSION = msgspec.json.Decoder(host_report.Version)
+_NO_EVIDENCE = (b"null", b"{}")
 _EVIDENCE = msgspec.json.Encoder(order="sorted")
 HOST_COLUMNS = ("run_id", "slice", "host", "status", "reason", "kernel", "kernel_upstream", "kernel_vendor",
                 "groups_json", "fail_on", "findings", "failing", "waived", "image")
@@ -63,7 +104,25 @@ def image_of(kernel: "_Kernel") -> Optional[str]:
 
 def evidence_key(evidence: Optional[dict]) -> Optional[str]:
     """A short hash of a finding's evidence: the same key on two nights means the same evidence."""
-    return hashlib.sha256(_EVIDENCE.encode(evidence)).hexdigest()[:16] if evidence else None
+    return raw_evidence_key(_EVIDENCE.encode(evidence)) if evidence else None
+
+
+def raw_evidence_key(encoded: bytes) -> Optional[str]:
+    """evidence_key of evidence as the host report holds it (JSON, keys sorted, compact), unparsed."""
+    return hashlib.sha256(encoded).hexdigest()[:16] if encoded not in _NO_EVIDENCE else None
+
+
+def _decode_host(data: bytes, path: str, reader: host_report.Reader) -> "tuple[_HostReport, list]":
+    """A host report's stored fields and its findings' evidence keys. A v1 report (the full one) is
+    decoded for the store's fields alone and its evidence hashed as written; a v2 report is resolved
+    in full through the run's shared file and facts record, its evidence hashed as v1 wrote it."""
+    if _VERSION.decode(data).schema == contract.FULL_HOST_REPORT_SCHEMA:
+        report = _HOST.decode(data)
+        return report, [raw_evidence_key(bytes(f.evidence)) for f in report.findings]
+    full = reader.read(path)
+    keys = [evidence_key(f.get("evidence")) for f in full["findings"]]
+    full["findings"] = [dict((k, v) for k, v in f.items() if k != "evidence") for f in full["findings"]]
+    return msgspec.convert(full, _HostReport), keys
 
 
 def read_run(run_dir: str) -> dict:
@@ -89,8 +148,7 @@ def read_run(run_dir: str) -> dict:
             data = handle.read()
         digest.update(os.path.basename(path).encode("utf-8", "surrogateescape") + b"\0" + data)
         try:
-            report = _HOST.decode(data) if _VERSION.decode(data).schema != contract.HOST_REPORT_SCHEMA else \
-                msgspec.convert(reader.read(path), _HostReport)  # v2: in full (the evidence keys stay the same)
+            report, keys = _decode_host(data, path, reader)
         except msgspec.ValidationError as exc:
             raise reports.ReportError("host report %s: %s" % (path, contract.explain(exc, contract.HostReport)))
         except msgspec.DecodeError as exc:
@@ -98,8 +156,8 @@ def read_run(run_dir: str) -> dict:
         fail_on = report.policy.fail_on if report.policy else fail_on_default
         kernel = report.kernel or _Kernel()
         findings = [(f.rule, f.severity, f.device, f.mountpoint, int(f.waived),
-                     f.waiver.justification if f.waived and f.waiver else None, evidence_key(f.evidence))
-                    for f in report.findings]
+                     f.waiver.justification if f.waived and f.waiver else None, key)
+                    for f, key in zip(report.findings, keys)]
         unwaived = [f for f in report.findings if not f.waived]
         row = (report.host, report.status, report.reason, kernel.release, kernel.upstream, kernel.vendor,
                msgspec.json.encode(report.groups or []).decode("utf-8"), fail_on, len(unwaived),

@@ -7,15 +7,19 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
+import msgspec
 import pytest
 import yaml
 
 from conftest import ROOT, VENV_BIN
 from ext4audit import store as store_pkg
+from ext4audit.model import contract
 from ext4audit.store import history, ingest, schema
 from test_rules import facts, with_options
 
@@ -192,7 +196,7 @@ def test_migration_from_the_first_schema_version(tmp_path, store_url):
             store.execute("INSERT INTO findings VALUES ('old', 'db-1', 'EXT4_NOBARRIER', 'high', '/dev/loop0', '/data', "
                           "0, NULL, NULL)")
     with schema.open_store(store_url) as store:
-        assert schema.version_of(store) == schema.VERSION == 4
+        assert schema.version_of(store) == schema.VERSION == 5
         assert history.gate(store, "old")[0] == "fail"
         assert [t["findings"] for t in history.trend(store, "EXT4_NOBARRIER")] == [1]  # counted by the migration
         assert [(t["findings"], t["hosts"]) for t in history.trend(store)] == [(1, 1)]
@@ -200,7 +204,7 @@ def test_migration_from_the_first_schema_version(tmp_path, store_url):
         ingest.ingest(store, night)
         assert [e["first_seen"] for e in history.episodes(store, "db-1", "EXT4_NOBARRIER")] == ["2026-10-01T03:00:00Z"]
         store.execute("UPDATE store_meta SET value = '99' WHERE key = 'schema_version'")
-    with pytest.raises(store_pkg.StoreError, match="schema version 99; this ext4audit knows versions up to 4"):
+    with pytest.raises(store_pkg.StoreError, match="schema version 99; this ext4audit knows versions up to 5"):
         schema.open_store(store_url)
 
 
@@ -314,3 +318,95 @@ def test_where_names_the_store_as_the_report_step_uses_it_and_opens_nothing(tmp_
                           str(reports)], cwd=ROOT, stdout=subprocess.PIPE, check=True, universal_newlines=True).stdout
     assert out == shown.format(reports=reports) + "\n"
     assert not reports.exists()
+
+
+def test_an_unreachable_server_is_waited_for_once(tmp_path):
+    """The report step reads the store's history, then records the run: a server that does not
+    answer (a loopback port that accepts and never speaks) costs one connect timeout, not two; a
+    closed port fails at once. Either way the run folder is complete and the error says so."""
+    fleet = [("db-1", NOBARRIER), ("web-1", CLEAN)]
+    start = time.monotonic()
+    reported_run(tmp_path, "plain", fleet)
+    plain = time.monotonic() - start  # the same report without a store
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # closed again before the report: refused
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    accepted = []
+    threading.Thread(target=lambda: [accepted.append(silent.accept()[0]) for _ in range(8)], daemon=True).start()
+    timeout = 3
+    env = dict(os.environ, PGCONNECT_TIMEOUT=str(timeout), PGPASSWORD="unused")
+    try:
+        for name, url, bound in (("closed", "postgresql://u@127.0.0.1:%d/db" % port, plain + 2),
+                                 ("silent", "postgresql://u@127.0.0.1:%d/db" % silent.getsockname()[1],
+                                  plain + 1.5 * timeout)):
+            run_dir = reported_run(tmp_path, name, fleet)[0]
+            start = time.monotonic()
+            code, _, err = cli("report", run_dir, "--store", url, "--formats", "markdown", env=env)
+            took = time.monotonic() - start
+            assert code == 2 and "cannot connect" in err and "history ingest %s" % run_dir in err, err
+            assert os.path.exists(os.path.join(run_dir, "summary.json"))
+            assert took < bound, (name, took, plain)
+        assert len(accepted) == 1  # the silent server was asked once
+    finally:
+        silent.close()
+        for connection in accepted:
+            connection.close()
+
+
+def test_a_night_is_written_without_a_check_a_row_and_pruned_whole(tmp_path, postgresql):
+    """Schema version 5 drops PostgreSQL's per-row foreign-key checks of hosts, findings and
+    filesystems (the ingest's COPY); ingest and prune still keep every row with its night."""
+    os.environ["PGPASSWORD"] = postgresql["password"]
+    import psycopg  # pylint: disable=import-outside-toplevel
+    url = postgresql["url"].rsplit("/", 1)[0] + "/fk%d" % time.monotonic_ns()
+    with psycopg.connect(postgresql["url"], autocommit=True) as admin:
+        admin.execute("CREATE DATABASE %s" % url.rsplit("/", 1)[1])
+    checks = ("SELECT conrelid::regclass::text FROM pg_constraint WHERE contype = 'f' AND confrelid = 'runs'::regclass "
+              "ORDER BY 1")
+    with store_pkg.backends.connect(url) as store:
+        schema.migrate(store, target=4)
+        assert "findings" in [r[0] for r in store.rows(checks)]
+    night, _ = reported_run(tmp_path, "night-1", [("db-1", NOBARRIER), ("web-1", CLEAN)], night=NIGHTS[0])
+    with schema.open_store(url) as store:
+        assert [r[0] for r in store.rows(checks)] == ["image_counts", "kernel_groups", "rule_counts", "slices"]
+        ingest.ingest(store, night)
+        assert count(store, "findings") and count(store, "filesystems") and count(store, "hosts") == 2
+        assert history.prune(store, 0) == 1
+        assert [count(store, table) for table in ingest.SLICE_TABLES + ("runs",)] == [0] * 8
+
+
+def test_a_host_report_the_store_cannot_read_is_named_with_its_field(tmp_path):
+    """The store decodes only the fields it keeps, by their types: a wrong one is still an error
+    naming the file and the field, never a row."""
+    night, _ = reported_run(tmp_path, "night-1", [("db-1", NOBARRIER)])
+    path = os.path.join(night, "hosts", "db-1.json")
+    with open(path) as handle:
+        report = json.load(handle)
+    report["findings"][0]["severity"] = "dire"
+    with open(path, "w") as handle:
+        json.dump(report, handle)
+    with schema.open_store(str(tmp_path / "history.sqlite")) as store:
+        with pytest.raises(Exception, match=r"host report .*db-1\.json: .*findings\[0\]\.severity"):
+            ingest.ingest(store, night)
+        assert count(store, "runs") == 0
+
+
+def test_the_store_keeps_what_the_whole_host_report_says(tmp_path):
+    """The store's partial decoder against the contract's whole one, on a real run: the same
+    evidence keys (hashed from the report's bytes), superblocks, kernels and counts."""
+    night, _ = reported_run(tmp_path, "night-1", [("db-1", NOBARRIER), ("web-1", CLEAN), ("gone", None)])
+    run = ingest.read_run(night)
+    for row, findings in run["hosts"]:
+        with open(os.path.join(night, "hosts", row[0] + ".json")) as handle:
+            report = msgspec.json.decode(handle.read(), type=contract.HostReport)
+        assert [f[-1] for f in findings] == [ingest.evidence_key(f.evidence) for f in report.findings]
+        assert all(f[-1] for f in findings) and row[3:6] == (
+            (report.kernel.release, report.kernel.upstream, report.kernel.vendor) if report.kernel else (None,) * 3)
+        superblocks = dict((fs.mountpoint, fs.superblock) for fs in report.filesystems or [])
+        for host, mountpoint, _device, text in run["filesystems"]:
+            if host == row[0]:
+                assert json.loads(text) == msgspec.to_builtins(superblocks[mountpoint])
+    assert len(run["hosts"]) == 3 and len(run["filesystems"]) == 2  # db-1 and web-1 each have findings

@@ -15,7 +15,8 @@ from ext4audit.formats import markdown
 from ext4audit.report import finding_groups
 from ext4audit.report import reports
 from ext4audit.store import history, ingest, schema
-from test_store import CLEAN, NOBARRIER, cli, reported_run, store_url  # noqa: F401  (store_url: the fixture)
+from test_store import CLEAN, NIGHTS, NOBARRIER, cli, reported_run, store_url  # noqa: F401  (store_url: the fixture)
+from test_html import Page
 from test_summary_md import host_reports, real_run, ten_thousand  # noqa: F401  (real_run: the fixture)
 
 
@@ -27,7 +28,7 @@ def night(base, name, hosts, store, scope_hosts, scope_limit=""):
         with open(os.path.join(run_dir, "facts", "%d.json" % index), "w") as handle:
             json.dump({"host": host, "groups": [], "status": "audited",
                        "facts": dict(tree, schema="ext4-fleet-audit/facts/v1")}, handle)
-    code, out, err = cli("report", run_dir, "--store", store, "--fail-on-new", "true", "--formats", "markdown",
+    code, out, err = cli("report", run_dir, "--store", store, "--fail-on-new", "true", "--formats", "markdown,html",
                          "--scope-hosts", scope_hosts, "--scope-limit", scope_limit)
     assert code in (0, 1), err
     with open(os.path.join(run_dir, "summary.json")) as handle:
@@ -88,9 +89,20 @@ def summary_rows(run_dir, rule):
             if line.startswith("| ") and "| %s |" % rule.replace("_", "\\_") in line]
 
 
-def test_summary_md_shows_each_group_open_since_and_its_trend(tmp_path, store_url):  # noqa: F811
+def html_rows(run_dir, rule):
+    """report.html's rows of the finding groups of `rule` (the table's head first), as lists of
+    cells' text, and the trend cells' titles, as a browser's parser reads the page."""
+    with open(os.path.join(run_dir, "report.html"), encoding="utf-8") as handle:
+        page = handle.read()
+    table = page[page.index('<table id="group-table"'):]
+    parsed = Page(table[:table.index("</table>") + 8])
+    titles = [a["title"] for tag, a in parsed.tags if tag == "td" and a.get("class") == "trend"]
+    return [parsed.rows[0]] + [row for row in parsed.rows[1:] if row[1].startswith(rule)], titles  # then its marks
+
+
+def test_summary_md_and_report_html_show_each_group_open_since_and_its_trend(tmp_path, store_url):  # noqa: F811
     """Whole nights, a --limit web night between them: a group's trend and open-since read the
-    whole nights only, the stretch broken by the clean night."""
+    whole nights only, the stretch broken by the clean night; report.html shows summary.md's."""
     script = [("all", "", [("db-1", NOBARRIER), ("web-1", CLEAN)]), ("all", "web", [("web-1", NOBARRIER)]),
               ("all", "", [("db-1", CLEAN), ("web-1", CLEAN)]), ("all", "", [("db-1", NOBARRIER), ("web-1", NOBARRIER)]),
               ("all", "", [("db-1", NOBARRIER), ("web-1", NOBARRIER)])]
@@ -101,12 +113,30 @@ def test_summary_md_shows_each_group_open_since_and_its_trend(tmp_path, store_ur
             store.execute("UPDATE runs SET generated_at = ? WHERE run_id = ?", (stamps[number], "night-%d" % (number + 1)))
         if number == 1:
             assert len(summary_rows(run_dir, "EXT4_NOBARRIER")[0]) == 5  # no web night before it: no history
+            assert len(html_rows(run_dir, "EXT4_NOBARRIER")[0][1]) == 6 and "Open since" not in open(
+                os.path.join(run_dir, "report.html"), encoding="utf-8").read()
     # severity, rule, hosts, finding, on, open since, trend (nights 1, 3, 4; not the web night)
     row = summary_rows(run_dir, "EXT4_NOBARRIER")[0]
     assert (row[0], row[2], row[-2], row[-1]) == ("high", "2", "2026-11-04", "1 0 2")
-    assert cli("report", run_dir, "--store", "off", "--formats", "markdown")[0] in (0, 1)
+    # severity, rule, finding, hosts, findings, first hosts, open since, trend
+    rows, titles = html_rows(run_dir, "EXT4_NOBARRIER")
+    assert rows[0][-2:] == ["open since", "trend"]
+    assert (rows[1][0], rows[1][3], rows[1][-2], rows[1][-1]) == ("high", "2", "2026-11-04", "1 0 2")
+    assert titles[0] == "2026-11-01: 1; 2026-11-03: 0; 2026-11-04: 2"
+    with open(os.path.join(run_dir, "report.html"), encoding="utf-8") as handle:
+        assert store_history_note_of(run_dir, store_url) in Page(handle.read()).text
+    assert cli("report", run_dir, "--store", "off", "--formats", "markdown,html")[0] in (0, 1)
     with open(os.path.join(run_dir, "summary.md"), encoding="utf-8") as handle:
         assert "open since" not in handle.read()  # no store: no history columns
+    assert html_rows(run_dir, "EXT4_NOBARRIER")[0][0][-1] == "first hosts"
+
+
+def store_history_note_of(run_dir, store_url):  # noqa: F811
+    """The note above the groups, as the pages print it for the nights before run_dir's."""
+    with schema.open_store(store_url) as store:
+        data = history.rule_nights(store, "all")
+    data["nights"] = [n for n in data["nights"] if n[0] != os.path.basename(run_dir)]
+    return history.group_history_note(data)
 
 
 def test_group_history_waived_groups_new_rules_and_a_store_without_nights():
@@ -193,3 +223,32 @@ def test_a_store_of_schema_version_3_gets_images_unknown(tmp_path, store_url):  
     with schema.open_store(store_url) as store:
         assert history.images(store) == [{"run_id": "old", "generated_at": "2026-10-01T03:00:00Z", "image": "",
                                           "hosts": 2}]
+
+
+def test_history_trend_images_and_regressed_count_nights_of_one_scope(tmp_path, store_url):  # noqa: F811
+    """Whole nights with a --limit web night between them: `history trend`, `images` and
+    `regressed` count the nights of the last night's scope (or of the one asked for), as the
+    nightly diff compares them, never the web night among the whole fleet's."""
+    script = [("", [("db-1", NOBARRIER), ("web-1", CLEAN)]), ("web", [("web-1", CLEAN)]),
+              ("", [("db-1", NOBARRIER), ("web-1", NOBARRIER)])]
+    for number, (limit, fleet) in enumerate(script):
+        run_dir, _ = reported_run(tmp_path, "night-%d" % (number + 1), fleet, night=NIGHTS[number])
+        code, _, err = cli("history", "--store", store_url, "ingest", run_dir, "--scope-hosts", "all",
+                           "--scope-limit", limit)
+        assert code == 0, err
+
+    def ask(*question):
+        code, out, err = cli("history", "--store", store_url, "--json", *question)
+        assert code == 0, err
+        return json.loads(out)
+
+    assert [n["run_id"] for n in ask("trend")] == ["night-1", "night-3"]
+    assert [(n["run_id"], n["hosts"]) for n in ask("trend", "--rule", "EXT4_NOBARRIER")] == [
+        ("night-1", 1), ("night-3", 2)]
+    assert [n["run_id"] for n in ask("trend", "--scope-limit", "web")] == ["night-2"]
+    assert sorted(set(n["run_id"] for n in ask("images"))) == ["night-1", "night-3"]
+    assert [(n["run_id"], n["hosts"]) for n in ask("images", "--scope-hosts", "web")] == [("night-2", 1)]
+    # since night-2's date: compared with night-1 (db-1 had its finding then), not the web night
+    assert [(h["host"], h["since_run"]) for h in ask("regressed", "--since", NIGHTS[1][:10])] == [
+        ("web-1", "night-1")]
+    assert ask("regressed", "--since", NIGHTS[1][:10], "--scope-limit", "web") == []
