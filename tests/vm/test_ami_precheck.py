@@ -13,8 +13,8 @@ import random
 import subprocess
 import time
 
-from conftest import (ROOT, VENV_BIN, ansible_playbook, failing_rules, load_json, needs_vm, qemu_processes,
-                      run, upgradable_data_corruption)
+from conftest import (ROOT, VENV_BIN, ansible_playbook, failing_rules, load_host_report, load_json, needs_vm,
+                      qemu_processes, run, upgradable_data_corruption)
 
 from ext4audit.parsers.ext4_parsers.mounts import option_map
 from ext4audit.parsers.ext4_parsers.superblock import parse_dumpe2fs_identity
@@ -89,8 +89,8 @@ def test_whole_flow_on_the_raw_image(vm_image, tmp_path):
     expected = upgradable_data_corruption(run_dir)
     assert failing_rules(run_dir) == expected, summary["reason"] + "\n" + out[-4000:]
     assert summary["verdict"] == ("fail" if expected else "pass"), summary["reason"]
-    offline = load_json(str(run_dir / "hosts" / "bookworm-offline.json"))
-    booted = load_json(str(run_dir / "hosts" / "bookworm.json"))
+    offline = load_host_report(str(run_dir / "hosts" / "bookworm-offline.json"))
+    booted = load_host_report(str(run_dir / "hosts" / "bookworm.json"))
     assert offline["status"] == "audited" and booted["status"] == "audited", (offline["reason"], booted["reason"])
     assert offline["errors"] == [] and booted["errors"] == [], (offline["errors"], booted["errors"])
 

@@ -10,8 +10,8 @@ import json
 import os
 import time
 
-from conftest import (VM_IMAGES, ansible_playbook, failing_rules, free_port, load_json, needs_vm, qemu_processes,
-                      upgradable_data_corruption, vm_host, vm_ssh)
+from conftest import (VM_IMAGES, ansible_playbook, failing_rules, free_port, load_host_report, load_json, needs_vm,
+                      qemu_processes, upgradable_data_corruption, vm_host, vm_ssh)
 
 pytestmark = needs_vm
 
@@ -99,7 +99,7 @@ def test_two_kernels_boot_and_are_audited(tmp_path):
         assert failing_rules(reports / "latest") == expected, summary["reason"] + "\n" + out
         assert summary["verdict"] == ("fail" if expected else "pass"), summary["reason"]
         for vm in vms:
-            report = load_json(str(reports / "latest" / "hosts" / (vm["name"] + ".json")))
+            report = load_host_report(str(reports / "latest" / "hosts" / (vm["name"] + ".json")))
             assert report["status"] == "audited", report
             assert report["kernel"]["release"] == releases[vm["name"]]
             assert report["kernel"]["vendor"] == "debian"

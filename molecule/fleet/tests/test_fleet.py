@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import testinfra
 
+from ext4audit.report import host_report as host_reports
+
 ROOT = Path(__file__).resolve().parents[3]
 STATE = ROOT / ".cache" / "testhosts" / "fleet"     # fleet_up.yml: expected.json, inventory.yml
 SCENARIO = ROOT / ".cache" / "molecule" / "fleet"   # prepare: before/, converge: converge.json, reports/
@@ -29,7 +31,8 @@ REPORTS = SCENARIO / "reports" / "latest"
 
 
 def host_report(name):
-    return load(REPORTS / "hosts" / (name + ".json"))
+    """A host's report in full (v2 files refer to the run's shared file and facts record)."""
+    return host_reports.read(str(REPORTS / "hosts" / (name + ".json")))
 
 
 def by_mountpoint(report):
