@@ -103,9 +103,12 @@ class _Capped:
     def kill(self, proc):
         # type: (subprocess.Popen) -> None
         """Kills the command: its whole process group when it has a session of its own."""
-        if self.own_session:
-            os.killpg(proc.pid, signal.SIGKILL)
-        else:
+        try:
+            if self.own_session:
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                proc.kill()
+        except ProcessLookupError:  # killed before its start made its session: no group yet, nor children
             proc.kill()
         proc.wait()
 

@@ -1120,15 +1120,16 @@ def slow_image(tmp_path):
 
 
 def test_a_slow_image_stops_at_the_budget_as_incomplete(tmp_path):
-    """With a budget of 2 s the check of a slow image stops there, names the steps not done, and the
-    image is not judged."""
+    """With a budget of 1 s the check of a slow image stops there, names the steps not done, and the
+    image is not judged. (The image's kernels take about 1.9 s on an idle 2-CPU machine: a budget of
+    2 s was sometimes enough.)"""
     disk = slow_image(tmp_path)
     start = time.monotonic()
-    facts = image_facts(tmp_path, image=disk, budget=2)
+    facts = image_facts(tmp_path, image=disk, budget=1)
     assert time.monotonic() - start < 20  # ansible's own start-up included
     image = facts["image"]
     # Where the budget runs out depends on the machine's load: inside debugfs, or just before it.
-    assert image["incomplete"] in ("the check's time budget of 2 s ran out (%s); not done: os-release and kernels, "
+    assert image["incomplete"] in ("the check's time budget of 1 s ran out (%s); not done: os-release and kernels, "
                                    "e2fsck -fn of the filesystems" % where
                                    for where in ("debugfs was killed at the end of the budget", "before debugfs")), \
         image["incomplete"]

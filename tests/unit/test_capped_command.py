@@ -7,13 +7,14 @@ nothing in the arguments expanded."""
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 
 import pytest
 from ansible.module_utils import basic
 
-from ext4audit.parsers.capped_command import CommandTimeout, run_capped
+from ext4audit.parsers.capped_command import CommandTimeout, _Capped, run_capped
 
 
 @pytest.fixture
@@ -106,3 +107,13 @@ def test_stderr_tail_and_the_process_group(module):
                                     stderr_tail=True, own_session=False)
     assert (rc, out, err, over) == (0, b"False\n", "xxxxxxxxxxlast line\n", False)
     assert run_capped(module, [sys.executable, "-c", script], 100, 20, 10)[1:3] == (b"True\n", "x" * 20)
+
+
+def test_a_command_killed_before_its_session_exists_is_killed_all_the_same():
+    """The timeout can come before the start stub's setsid(): the command has no process group of
+    its own yet (killpg finds none), and is killed by itself, never an error (an image check once
+    reported "No such process" for its budget running out)."""
+    proc = subprocess.Popen(["sleep", "30"])  # in this process's group, as the stub is before setsid()
+    assert os.getpgid(proc.pid) != proc.pid
+    _Capped(limit=1, stderr_limit=1, timeout=None, drain=False, stderr_tail=False, own_session=True).kill(proc)
+    assert proc.returncode == -signal.SIGKILL
