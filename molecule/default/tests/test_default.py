@@ -70,9 +70,9 @@ def test_the_gate_passed_under_the_scenario_policy():
 def test_every_audit_found_the_same():
     """converge and idempotence (under `molecule test`) each wrote a run folder; `latest` is the last."""
     assert RUNS and os.path.realpath(REPORTS / "latest") == str(RUNS[-1])
-    first = by_mountpoint(load(RUNS[0] / "hosts" / "localhost.json"))
+    first = by_mountpoint(host_report.read(str(RUNS[0] / "hosts" / "localhost.json")))
     for run in RUNS[1:]:
-        again = by_mountpoint(load(run / "hosts" / "localhost.json"))
+        again = by_mountpoint(host_report.read(str(run / "hosts" / "localhost.json")))
         for mountpoint in EXPECTED["filesystems"]:
             assert again.get(mountpoint) == first.get(mountpoint), (run.name, mountpoint)
 
