@@ -151,11 +151,12 @@ def compact(report: dict, facts_file: Optional[str], shared: Shared) -> dict:
 
 
 def resolve(doc: dict, run_dir: str, shared: Optional[dict] = None, where: str = "host report",
-            facts: bool = True) -> dict:
+            facts: bool = True, passes: bool = True) -> dict:
     """The full host report (contract.HostReport) of a checked v2 document of run_dir: the rules'
     text and shared evidence from the run's shared file (shared: it, already read), filesystems
     and netfs from the host's facts record (facts=False: left empty, for a reader that needs
-    neither). A v1 document is returned as it is. A reference that does not resolve is a
+    neither; passes=False: passed and undetermined left empty, for a reader of findings only, the
+    store). A v1 document is returned as it is. A reference that does not resolve is a
     ReportError naming the file and the field."""
     if doc.get("schema") != contract.HOST_REPORT_SCHEMA:
         return doc
@@ -193,14 +194,14 @@ def resolve(doc: dict, run_dir: str, shared: Optional[dict] = None, where: str =
                 evidence[key] = shared["evidence"][ref]
             out["evidence"] = evidence
         findings.append(out)
-    undetermined = []
-    for number, entry in enumerate(doc["undetermined"]):
+    undetermined: list = []
+    for number, entry in enumerate(doc["undetermined"] if passes else ()):
         rest = dict((k, v) for k, v in entry.items() if k != "at")
         for index in entry["at"]:
             mountpoint, device = place({"at": index}, "$.undetermined[%d].at[]" % number)
             undetermined.append(dict({"mountpoint": mountpoint, "device": device}, **rest))
-    passed = []
-    for rule, indexes in doc["passed"]:
+    passed: list = []
+    for rule, indexes in doc["passed"] if passes else ():
         for index in indexes:
             mountpoint, device = place({"at": index}, "$.passed.%s[]" % rule)
             passed.append({"mountpoint": mountpoint, "device": device, "rule": rule})
@@ -240,10 +241,12 @@ def check(doc: Any, where: str) -> None:
 
 class Reader:
     """Reads a run folder's host reports in full, either version; the shared file once. facts:
-    False for a reader that needs no filesystems (the gate): the facts records are not read."""
+    False for a reader that needs no filesystems (the gate): the facts records are not read;
+    passes: False for a reader of findings only (the store): passed and undetermined are not
+    expanded from a v2 report."""
 
-    def __init__(self, run_dir: str, facts: bool = True) -> None:
-        self.run_dir, self.facts, self._shared = run_dir, facts, None
+    def __init__(self, run_dir: str, facts: bool = True, passes: bool = True) -> None:
+        self.run_dir, self.facts, self.passes, self._shared = run_dir, facts, passes, None
 
     def read(self, path: str, what: str = "host report") -> dict:
         where = "%s %s" % (what, path)
@@ -253,7 +256,7 @@ class Reader:
             return doc
         if self._shared is None:
             self._shared = read_shared(self.run_dir, doc["shared"])
-        return resolve(doc, self.run_dir, self._shared, where, self.facts)
+        return resolve(doc, self.run_dir, self._shared, where, self.facts, self.passes)
 
 
 def run_of(path: str) -> str:

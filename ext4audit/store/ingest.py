@@ -142,7 +142,7 @@ def read_run(run_dir: str) -> dict:
     if os.path.exists(shared):  # what v2 host reports refer to: part of the run's content
         with open(shared, "rb") as handle:
             digest.update(host_report.SHARED_FILE.encode("utf-8") + b"\0" + handle.read())
-    hosts, filesystems, reader = [], [], host_report.Reader(run_dir)
+    hosts, filesystems, reader = [], [], host_report.Reader(run_dir, passes=False)
     for path in _run_files(run_dir):
         with open(path, "rb") as handle:
             data = handle.read()
