@@ -11,7 +11,7 @@ import os
 import re
 import sys
 
-from conftest import ROOT, VENV_BIN, ansible_playbook, load_host_report, needs_root, run
+from conftest import ROOT, VENV_BIN, ansible_playbook, load_host_report, load_json, needs_root, run
 
 pytestmark = needs_root
 
