@@ -13,7 +13,7 @@ import re
 from typing import List, Union
 
 
-# Constants both sides of the audit use (the controller's ext4audit/contract.py reads them here:
+# Constants both sides of the audit use (the controller's ext4audit/model/contract.py reads them here:
 # target code cannot import the controller package).
 FACTS_SCHEMA = "ext4-fleet-audit/facts/v1"  # library/ext4_facts.py, ext4_image_facts.py
 PROBE_RESULT_SCHEMA = "ext4-fleet-audit/probe-result/v1"  # the probe's OUT.json

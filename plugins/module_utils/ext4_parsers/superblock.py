@@ -28,7 +28,7 @@ def parse_size(text: str) -> int:
 
 # The superblock facts parse_dumpe2fs gives: (name, type, description), in the order the modules'
 # RETURN blocks list them (ext4_facts, ext4_image_facts: tools/module_return.py writes those from
-# this table; the controller's fact paths, ext4audit/fact_paths.py, are its names).
+# this table; the controller's fact paths, ext4audit/model/fact_paths.py, are its names).
 SUPERBLOCK_FIELDS = (
     ("block_count", "int", "Blocks."),
     ("block_size", "int", "Block size in bytes."),
